@@ -1,0 +1,193 @@
+"""What exists: models, devices, links and KV codecs, loaded from TOML data.
+
+The built-in entries live in the TOML files next to this module (one file per kind, one table
+per entry). Users extend or override them with their own TOML files whose top-level tables are
+the kinds (``[models.my-model]``, ``[devices.my-gpu]``, ``[links.my-link]``,
+``[codecs.my-codec]``). Every entry is validated; a malformed one is rejected with a message that
+names the file, the entry and the field.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from kvcargo.errors import KvcargoError, unknown
+
+PositiveInt = Annotated[int, Field(gt=0, strict=True)]
+NonNegInt = Annotated[int, Field(ge=0, strict=True)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+NonNegFloat = Annotated[float, Field(ge=0)]
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    key: str
+    name: str
+
+
+class Model(_Entry):
+    """A transformer's shape (§1.1). Derived counts live in :mod:`kvcargo.cost`."""
+
+    layers: PositiveInt
+    d_model: PositiveInt
+    heads: PositiveInt
+    kv_heads: PositiveInt
+    d_ff: PositiveInt
+    vocab: PositiveInt
+    head_dim: PositiveInt | None = None
+    weight_bytes: PositiveFloat = 2.0
+    kv_bytes: PositiveFloat = 2.0
+    experts: NonNegInt = 0
+    top_k: NonNegInt = 0
+    shared_experts: NonNegInt = 0
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Model":
+        if self.head_dim is None:
+            object.__setattr__(self, "head_dim", self.d_model // self.heads)
+        if self.kv_heads > self.heads:
+            raise ValueError("kv_heads must not exceed heads")
+        if self.experts and not 0 < self.top_k <= self.experts:
+            raise ValueError("a mixture of experts needs 0 < top_k <= experts")
+        return self
+
+
+class Device(_Entry):
+    """An accelerator (§2): peaks, derating efficiencies, memory, power coefficients."""
+
+    peak_flops: PositiveFloat
+    hbm_bw: PositiveFloat
+    capacity: PositiveFloat
+    flop_eff: Annotated[float, Field(gt=0, le=1)] = 0.55
+    bw_eff: Annotated[float, Field(gt=0, le=1)] = 0.80
+    tdp_w: PositiveFloat = 700.0
+    idle_w: NonNegFloat = 100.0
+    pj_per_flop: NonNegFloat = 1.0
+    pj_per_byte: NonNegFloat = 60.0
+    lowp_speedup: dict[str, PositiveFloat] = {}
+    scale_up: str = "nvlink4"
+    die_mm2: PositiveFloat | None = None
+    price_usd: PositiveFloat | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "Device":
+        if self.idle_w >= self.tdp_w:
+            raise ValueError("idle_w must be below tdp_w")
+        return self
+
+
+class Link(_Entry):
+    """A KV link (§4): per-channel bandwidth per direction, per-transfer latency, energy."""
+
+    bandwidth: PositiveFloat
+    latency: NonNegFloat = 10e-6
+    pj_per_bit: NonNegFloat = 10.0
+    channels: PositiveInt = 1
+
+
+class Codec(_Entry):
+    """A KV hand-off codec (§5): wire ratio and encode work per BF16 value."""
+
+    ratio: Annotated[float, Field(ge=1)]
+    ops_per_value: NonNegFloat = 0.0
+    fft: bool = False
+    keep_adjustable: bool = False
+
+
+KINDS: dict[str, type[_Entry]] = {"models": Model, "devices": Device, "links": Link, "codecs": Codec}
+E = TypeVar("E", bound=_Entry)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Every known entry by kind and key; look-ups fail with the list of valid keys."""
+
+    models: Mapping[str, Model] = field(default_factory=dict)
+    devices: Mapping[str, Device] = field(default_factory=dict)
+    links: Mapping[str, Link] = field(default_factory=dict)
+    codecs: Mapping[str, Codec] = field(default_factory=dict)
+    sources: tuple[str, ...] = ()
+
+    def model(self, key: str) -> Model:
+        return _lookup(self.models, "model", key)
+
+    def device(self, key: str) -> Device:
+        return _lookup(self.devices, "device", key)
+
+    def link(self, key: str) -> Link:
+        return _lookup(self.links, "link", key)
+
+    def codec(self, key: str) -> Codec:
+        return _lookup(self.codecs, "codec", key)
+
+    def extended(self, path: str | Path) -> "Catalog":
+        """This catalog plus (and overridden by) the entries of a user TOML file."""
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise KvcargoError(f"catalog file {path}: cannot read ({exc.strerror})") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise KvcargoError(f"catalog file {path}: not valid TOML ({exc})") from None
+        tables = {kind: dict(getattr(self, kind)) for kind in KINDS}
+        for kind, entries in data.items():
+            if kind not in KINDS:
+                raise KvcargoError(
+                    f"catalog file {path}: unknown section {kind!r}; valid sections: "
+                    + ", ".join(KINDS)
+                )
+            if not isinstance(entries, dict):
+                raise KvcargoError(f"catalog file {path}: [{kind}] must be a table of entries")
+            tables[kind].update(_parse_entries(KINDS[kind], entries, f"{path}", kind))
+        return Catalog(**tables, sources=self.sources + (str(path),))
+
+
+def _lookup(table: Mapping[str, E], kind: str, key: str) -> E:
+    try:
+        return table[key]
+    except KeyError:
+        raise unknown(kind, key, table) from None
+
+
+def _parse_entries(cls: type[E], entries: dict, source: str, kind: str) -> dict[str, E]:
+    parsed: dict[str, E] = {}
+    for key, body in entries.items():
+        where = f"catalog file {source}: entry {kind}.{key}"
+        if not isinstance(body, dict):
+            raise KvcargoError(f"{where}: must be a table of fields")
+        try:
+            parsed[key] = cls(key=key, **{"name": key, **body})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            fld = ".".join(str(p) for p in err["loc"]) or "(entry)"
+            raise KvcargoError(f"{where}: field {fld!r}: {err['msg']}") from None
+        except TypeError as exc:  # e.g. a field named "key" given twice
+            raise KvcargoError(f"{where}: {exc}") from None
+    return parsed
+
+
+@lru_cache(maxsize=1)
+def builtin() -> Catalog:
+    """The catalog shipped with kvcargo."""
+    tables = {}
+    for kind, cls in KINDS.items():
+        text = resources.files(__name__).joinpath(f"{kind}.toml").read_text(encoding="utf-8")
+        tables[kind] = _parse_entries(cls, tomllib.loads(text), f"{kind}.toml (built-in)", kind)
+    return Catalog(**tables, sources=("built-in",))
+
+
+def load(extra_files: Iterable[str | Path] = ()) -> Catalog:
+    """The built-in catalog extended by user files, in order (later files win)."""
+    cat = builtin()
+    for path in extra_files:
+        cat = cat.extended(path)
+    return cat

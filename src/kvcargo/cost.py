@@ -1,0 +1,369 @@
+"""The cost model: how long a step takes and how much energy it uses (reference-semantics §1–§3).
+
+Pure functions over catalog objects; nothing here knows about events, queues or time passing.
+Two layers, one implementation:
+
+* readable functions over catalog objects (:func:`shape`, :func:`pool`, :func:`prefill_step`,
+  :func:`decode_step`, :func:`kv_capacity`) for the calculator, the planner and the docs;
+* leaf *kernels* over packed coefficient arrays (:func:`prefill_work`, :func:`decode_work`,
+  :func:`roofline`, :func:`elementwise_pass`) that the event engine calls in its hot loop and may
+  compile with numba. The readable functions call the same kernels, so both agree bit for bit.
+
+Floating-point operations follow the reference order (every check value of §3 is reproduced
+exactly); FLOP counts are exact integers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+import numpy as np
+
+from kvcargo.catalog import Device, Model
+from kvcargo.errors import KvcargoError
+
+STEP_OVERHEAD_S = 0.5e-3
+"""Fixed scheduler/launch overhead added to every prefill and decode step (no energy)."""
+HBM_USABLE = 0.9
+"""Fraction of HBM usable for weights and KV cache."""
+DVFS_MIN_CLOCK = 0.4
+"""Lowest compute-clock fraction DVFS or a power cap may choose."""
+
+LmHead = Literal["all", "last"]
+
+
+# --------------------------------------------------------------------------- model shape (§1.2)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Derived parameter and byte counts of a model (reference-semantics §1.2)."""
+
+    model: Model
+    p_layer: int
+    """Parameters one token touches per layer (active experts only for a mixture of experts)."""
+    p_layers: int
+    p_total: int
+    """Resident parameters: every layer, every expert, embedding and LM head."""
+    p_mm: int
+    """Matmul parameters per token: layers + LM head (the embedding is a lookup)."""
+    w_res: float
+    """Resident weight bytes (memory capacity only)."""
+    w_str: float
+    """Weight bytes streamed per forward pass (dense models; see :func:`prefill_work`)."""
+    row_bytes: float
+    """One embedding row, read per token."""
+    kv_per_token: int
+    """KV-cache bytes per token (every layer's keys and values)."""
+
+    def handoff_bytes(self, prompt_tokens: int) -> int:
+        """Bytes handed from prefill to decode for a prompt: ``s · KV_tok``."""
+        return prompt_tokens * self.kv_per_token
+
+
+@lru_cache(maxsize=None)
+def shape(model: Model) -> Shape:
+    """Parameter counts and KV bytes per token of a model."""
+    d, kv = model.d_model, model.kv_heads * model.head_dim
+    attn = 2 * d * d + 2 * d * kv
+    mlp = 3 * d * model.d_ff
+    if model.experts:
+        router = d * model.experts
+        p_layer = attn + router + (model.top_k + model.shared_experts) * mlp
+        p_layer_all = attn + router + (model.experts + model.shared_experts) * mlp
+    else:
+        p_layer = p_layer_all = attn + mlp
+    p_layers = model.layers * p_layer
+    p_total = model.layers * p_layer_all + 2 * model.vocab * d
+    p_mm = p_layers + model.vocab * d
+    kv_tok = 2 * model.layers * model.kv_heads * model.head_dim * model.kv_bytes
+    if kv_tok != int(kv_tok):
+        raise KvcargoError(f"model {model.key!r}: KV bytes per token must be a whole number")
+    return Shape(
+        model=model,
+        p_layer=p_layer,
+        p_layers=p_layers,
+        p_total=p_total,
+        p_mm=p_mm,
+        w_res=p_total * model.weight_bytes,
+        w_str=p_mm * model.weight_bytes,
+        row_bytes=d * model.weight_bytes,
+        kv_per_token=int(kv_tok),
+    )
+
+
+# ---------------------------------------------------------------- packed coefficients (kernels)
+
+# Integer model coefficients (exact FLOP arithmetic).
+MI_TWO_PMM, MI_TWO_PLAYERS, MI_TWO_VD, MI_TWO_LD, MI_FOUR_LD, MI_LM_LAST, MI_EXPERTS = range(7)
+# Float model coefficients.
+MF_W_STR, MF_ROW, MF_KV_TOK, MF_W_DENSE, MF_W_EXPERT, MF_TOPK_FRAC, MF_EXPERT_SLOTS = range(7)
+# Float pool (instance) coefficients.
+(HF_RF, HF_RB, HF_PJ_FLOP, HF_PJ_BYTE, HF_SPEEDUP, HF_PDYN, HF_DVFS, HF_SMIN, HF_OVERHEAD,
+ HF_IDLE, HF_PEAK_FLOPS, HF_PEAK_BW) = range(12)
+
+
+@lru_cache(maxsize=None)
+def model_coefficients(model: Model, lm_head: LmHead = "all") -> tuple[np.ndarray, np.ndarray]:
+    """Pack a model into the (int64, float64) arrays the kernels read."""
+    s = shape(model)
+    L, d = model.layers, model.d_model
+    mi = np.zeros(7, dtype=np.int64)
+    mi[MI_TWO_PMM] = 2 * s.p_mm
+    mi[MI_TWO_PLAYERS] = 2 * s.p_layers
+    mi[MI_TWO_VD] = 2 * model.vocab * d
+    mi[MI_TWO_LD] = 2 * L * d
+    mi[MI_FOUR_LD] = 4 * L * d
+    mi[MI_LM_LAST] = 1 if lm_head == "last" else 0
+    mi[MI_EXPERTS] = model.experts
+    mf = np.zeros(7, dtype=np.float64)
+    mf[MF_W_STR] = s.w_str
+    mf[MF_ROW] = s.row_bytes
+    mf[MF_KV_TOK] = float(s.kv_per_token)
+    if model.experts:
+        mlp = 3 * d * model.d_ff
+        mf[MF_W_EXPERT] = L * mlp * model.weight_bytes
+        mf[MF_W_DENSE] = s.w_str - L * model.top_k * mlp * model.weight_bytes
+        mf[MF_TOPK_FRAC] = model.top_k / model.experts
+        mf[MF_EXPERT_SLOTS] = model.experts
+    mi.setflags(write=False)
+    mf.setflags(write=False)
+    return mi, mf
+
+
+def prefill_work(mi: np.ndarray, mf: np.ndarray, tokens: int, quad: int, n: int) -> tuple[int, float]:
+    """FLOPs and bytes of one prefill step over ``n`` whole prompts (§1.3).
+
+    ``tokens`` = Σ s_i and ``quad`` = Σ s_i·(s_i + 1) (the causal-attention term).
+    """
+    if mi[MI_LM_LAST]:
+        flops = mi[MI_TWO_PLAYERS] * tokens + mi[MI_TWO_VD] * n + mi[MI_TWO_LD] * quad
+    else:
+        flops = mi[MI_TWO_PMM] * tokens + mi[MI_TWO_LD] * quad
+    return flops, _weights_streamed(mi, mf, tokens) + tokens * mf[MF_ROW] + tokens * mf[MF_KV_TOK]
+
+
+def decode_work(mi: np.ndarray, mf: np.ndarray, batch: int, context: int) -> tuple[int, float]:
+    """FLOPs and bytes of one decode step: ``batch`` sequences whose contexts sum to ``context``
+    (§1.4, including the reference's self-attention term)."""
+    flops = mi[MI_TWO_PMM] * batch + mi[MI_FOUR_LD] * (context + batch)
+    nbytes = _weights_streamed(mi, mf, batch) + batch * mf[MF_ROW] + (context + batch) * mf[MF_KV_TOK]
+    return flops, nbytes
+
+
+def _weights_streamed(mi: np.ndarray, mf: np.ndarray, tokens: int) -> float:
+    """Weights read by one forward pass over ``tokens`` tokens.
+
+    Dense models read every weight once. A mixture of experts reads the dense part plus the
+    experts its tokens touch: with uniform top-k routing, E·(1 − (1 − k/E)^T) per layer
+    (an extension; the reference does not simulate MoE models).
+    """
+    if mi[MI_EXPERTS] == 0:
+        return mf[MF_W_STR]
+    touched = mf[MF_EXPERT_SLOTS] * (1.0 - (1.0 - mf[MF_TOPK_FRAC]) ** tokens)
+    return mf[MF_W_DENSE] + touched * mf[MF_W_EXPERT]
+
+
+def roofline(hf: np.ndarray, flops: float, nbytes: float) -> tuple[float, float, float]:
+    """Step time (overhead included), compute energy and memory energy (§3, exact).
+
+    Compute and memory overlap perfectly; a power budget (TDP or a lower cap) throttles the
+    compute clock, and DVFS lowers it on memory-bound steps down to the minimum clock.
+    """
+    t_c = flops / hf[HF_RF]
+    t_m = nbytes / hf[HF_RB]
+    e_c = flops * hf[HF_PJ_FLOP] * 1e-12 / hf[HF_SPEEDUP]
+    e_m = nbytes * hf[HF_PJ_BYTE] * 1e-12
+    s = 1.0
+    if hf[HF_DVFS] != 0.0 and t_c < t_m:
+        s = max(hf[HF_SMIN], t_c / t_m)
+    p_dyn = hf[HF_PDYN]
+    if e_c > 0.0 and (e_c * s * s + e_m) / max(t_c / s, t_m) > p_dyn:
+        x = (p_dyn * t_m - e_m) / e_c
+        if x > 0.0 and math.sqrt(x) * t_m >= t_c:
+            s = min(s, math.sqrt(x))
+        else:
+            s = _cardano(e_m / e_c, -p_dyn * t_c / e_c)
+        s = max(s, hf[HF_SMIN])
+    t = max(t_c / s, t_m)
+    e_c = e_c * s * s
+    if (e_c + e_m) / t > p_dyn:
+        t = (e_c + e_m) / p_dyn
+    return t + hf[HF_OVERHEAD], e_c, e_m
+
+
+def _cardano(p: float, q: float) -> float:
+    """The real root of s³ + p·s + q = 0 (p > 0), with sign-preserving cube roots."""
+    r = math.sqrt(q * q / 4.0 + p * p * p / 27.0)
+    return _cbrt(-q / 2.0 + r) + _cbrt(-q / 2.0 - r)
+
+
+def _cbrt(x: float) -> float:
+    return math.copysign(abs(x) ** (1.0 / 3.0), x)
+
+
+def elementwise_pass(hf: np.ndarray, ops: float, nbytes: float) -> tuple[float, float]:
+    """Time and energy of an extra elementwise pass (e.g. compressing KV on the GPU, §5):
+    ``max(ops/R_F, bytes/R_B)``, no overhead, no cap, no DVFS."""
+    t = max(ops / hf[HF_RF], nbytes / hf[HF_RB])
+    return t, ops * hf[HF_PJ_FLOP] * 1e-12 + nbytes * hf[HF_PJ_BYTE] * 1e-12
+
+
+# ------------------------------------------------------------------------ pools (§2.1, §2.2)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The hardware of one instance: ``n`` devices of one kind treated as one big device."""
+
+    device: Device
+    n: int = 1
+    power_cap_w: float | None = None
+    dvfs: bool = False
+    precision: str = "bf16"
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise KvcargoError(f"devices per instance must be >= 1, got {self.n}")
+        if self.precision != "bf16" and self.precision not in self.device.lowp_speedup:
+            valid = ["bf16", *self.device.lowp_speedup]
+            raise KvcargoError(
+                f"device {self.device.key!r} has no native {self.precision!r} rate; "
+                f"valid choices: {', '.join(valid)}"
+            )
+        if self.power_cap_w is not None and self.power_cap_w <= self.device.idle_w:
+            raise KvcargoError(
+                f"power cap {self.power_cap_w:g} W is not above the static power of "
+                f"{self.device.key} ({self.device.idle_w:g} W per device)"
+            )
+
+    @property
+    def speedup(self) -> float:
+        return 1.0 if self.precision == "bf16" else self.device.lowp_speedup[self.precision]
+
+    @property
+    def flop_rate(self) -> float:
+        """Achievable FLOP/s: peak · efficiency · n · speed-up."""
+        d = self.device
+        return d.peak_flops * d.flop_eff * self.n * self.speedup
+
+    @property
+    def byte_rate(self) -> float:
+        """Achievable HBM bytes/s: bandwidth · efficiency · n."""
+        return self.device.hbm_bw * self.device.bw_eff * self.n
+
+    @property
+    def memory(self) -> float:
+        return self.device.capacity * self.n
+
+    @property
+    def idle_w(self) -> float:
+        """Static power of the instance, charged for the whole run."""
+        return self.device.idle_w * self.n
+
+    @property
+    def cap_w(self) -> float:
+        """Per-device power limit: the cap if below TDP, else TDP."""
+        cap = self.device.tdp_w
+        return cap if self.power_cap_w is None else min(self.power_cap_w, cap)
+
+    @property
+    def dynamic_budget_w(self) -> float:
+        return (self.cap_w - self.device.idle_w) * self.n
+
+    def coefficients(self) -> np.ndarray:
+        """Pack into the float64 array :func:`roofline` reads."""
+        hf = np.zeros(12, dtype=np.float64)
+        hf[HF_RF] = self.flop_rate
+        hf[HF_RB] = self.byte_rate
+        hf[HF_PJ_FLOP] = self.device.pj_per_flop
+        hf[HF_PJ_BYTE] = self.device.pj_per_byte
+        hf[HF_SPEEDUP] = self.speedup
+        hf[HF_PDYN] = self.dynamic_budget_w
+        hf[HF_DVFS] = 1.0 if self.dvfs else 0.0
+        hf[HF_SMIN] = DVFS_MIN_CLOCK
+        hf[HF_OVERHEAD] = STEP_OVERHEAD_S
+        hf[HF_IDLE] = self.idle_w
+        hf[HF_PEAK_FLOPS] = self.device.peak_flops * self.n
+        hf[HF_PEAK_BW] = self.device.hbm_bw * self.n
+        hf.setflags(write=False)
+        return hf
+
+
+def kv_capacity(model: Model, pool: Pool) -> int:
+    """KV tokens that fit in one instance after the weights: ``floor((cap·n·0.9 − W_res)/KV_tok)``.
+
+    Returns a non-positive number when the model does not fit (see :func:`require_fit`).
+    """
+    s = shape(model)
+    free = pool.device.capacity * pool.n * HBM_USABLE - s.w_res
+    if free <= 0:
+        return 0
+    return math.floor(free / s.kv_per_token)
+
+
+def require_fit(model: Model, pool: Pool, role: str) -> int:
+    """KV capacity of an instance, or a clear error when the model does not fit it."""
+    cap = kv_capacity(model, pool)
+    if cap <= 0:
+        need = shape(model).w_res / (pool.device.capacity * HBM_USABLE)
+        raise KvcargoError(
+            f"{model.name} does not fit the {role} pool ({pool.n}x {pool.device.key}, "
+            f"{pool.memory / 1e9:g} GB): its weights need at least {math.ceil(need)} devices "
+            "per instance"
+        )
+    return cap
+
+
+# ------------------------------------------------------------------ readable step costs (§3)
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One step: FLOPs, bytes, time (overhead included), energies and what bound it."""
+
+    flops: int
+    bytes: float
+    time: float
+    compute_j: float
+    memory_j: float
+    bound: str
+
+    @property
+    def energy_j(self) -> float:
+        return self.compute_j + self.memory_j
+
+
+def _step(pool: Pool, flops: int, nbytes: float) -> StepCost:
+    hf = pool.coefficients()
+    t, e_c, e_m = roofline(hf, flops, nbytes)
+    t_c, t_m = flops / hf[HF_RF], nbytes / hf[HF_RB]
+    if t - hf[HF_OVERHEAD] > max(t_c, t_m) * (1 + 1e-9):
+        bound = "power"
+    else:
+        bound = "compute" if t_c >= t_m else "memory"
+    return StepCost(int(flops), float(nbytes), float(t), float(e_c), float(e_m), bound)
+
+
+def prefill_step(model: Model, pool: Pool, prompts: list[int], lm_head: LmHead = "all") -> StepCost:
+    """Cost of one prefill step over whole prompts."""
+    mi, mf = model_coefficients(model, lm_head)
+    tokens = sum(prompts)
+    quad = sum(s * (s + 1) for s in prompts)
+    flops, nbytes = prefill_work(mi, mf, tokens, quad, len(prompts))
+    return _step(pool, flops, nbytes)
+
+
+def decode_step(model: Model, pool: Pool, batch: int, context_per_seq: int) -> StepCost:
+    """Cost of one decode step: ``batch`` sequences of ``context_per_seq`` cached tokens each."""
+    mi, mf = model_coefficients(model)
+    flops, nbytes = decode_work(mi, mf, batch, batch * context_per_seq)
+    return _step(pool, flops, nbytes)
+
+
+def power_w(pool: Pool, step: StepCost) -> float:
+    """Average power of the instance over one step: static + dynamic energy / step time."""
+    return pool.idle_w + step.energy_j / step.time

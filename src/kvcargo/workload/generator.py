@@ -1,0 +1,63 @@
+"""The seeded request generator of reference-semantics §6.1, bit-identical to the reference.
+
+One ``random.Random(seed)``; for each request in order: an exponential inter-arrival gap, then
+the prompt length, then the output length (lognormal with a given mean and coefficient of
+variation, rounded half-to-even and clipped). The same seed gives the same lengths at every
+rate; arrival times scale as 1/rate.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvcargo.errors import KvcargoError
+from kvcargo.workload.stream import Workload
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """Lognormal lengths with mean ``mean`` and coefficient of variation ``cv``, clipped to
+    [lo, hi]; ``cv <= 0`` means every length is ``mean`` (and draws no random number)."""
+
+    mean: float
+    cv: float = 0.5
+    lo: int = 1
+    hi: int = 32768
+
+    def __post_init__(self) -> None:
+        if not self.mean > 0:
+            raise KvcargoError(f"mean length must be > 0, got {self.mean:g}")
+        if not 1 <= self.lo <= self.hi:
+            raise KvcargoError(f"length bounds must satisfy 1 <= lo <= hi, got {self.lo}..{self.hi}")
+
+    def draw(self, rng: random.Random) -> int:
+        if self.cv <= 0:
+            x = self.mean
+        else:
+            sigma2 = math.log(1 + self.cv * self.cv)
+            x = rng.lognormvariate(math.log(self.mean) - sigma2 / 2, math.sqrt(sigma2))
+        return int(min(self.hi, max(self.lo, round(x))))
+
+
+def generate(n: int, rate: float, prompt: LengthDist, output: LengthDist, seed: int = 1) -> Workload:
+    """``n`` Poisson arrivals at ``rate`` req/s with lognormal prompt and output lengths."""
+    if n < 1:
+        raise KvcargoError(f"number of requests must be >= 1, got {n}")
+    if not (rate > 0 and math.isfinite(rate)):
+        raise KvcargoError(f"rate must be a positive number of requests per second, got {rate:g}")
+    rng = random.Random(seed)
+    arrival = np.empty(n, dtype=np.float64)
+    plen = np.empty(n, dtype=np.int64)
+    olen = np.empty(n, dtype=np.int64)
+    expo, draw_p, draw_o = rng.expovariate, prompt.draw, output.draw
+    t = 0.0
+    for i in range(n):
+        t += expo(rate)
+        arrival[i] = t
+        plen[i] = draw_p(rng)
+        olen[i] = draw_o(rng)
+    return Workload(arrival, plen, olen, source=f"poisson rate={rate:g} seed={seed}")
