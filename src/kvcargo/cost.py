@@ -99,7 +99,9 @@ def shape(model: Model) -> Shape:
 
 # Integer model coefficients (exact FLOP arithmetic).
 MI_TWO_PMM, MI_TWO_PLAYERS, MI_TWO_VD, MI_TWO_LD, MI_FOUR_LD, MI_LM_LAST, MI_EXPERTS = range(7)
-# Float model coefficients.
+# Float model coefficients. A mixture of experts reads its dense part plus the experts its T tokens
+# touch, E·(1 − (1 − k/E)^T) per layer under uniform top-k routing (an extension: the reference
+# does not simulate MoE models). Kernels stay leaf functions so numba can compile them.
 MF_W_STR, MF_ROW, MF_KV_TOK, MF_W_DENSE, MF_W_EXPERT, MF_TOPK_FRAC, MF_EXPERT_SLOTS = range(7)
 # Float pool (instance) coefficients.
 (HF_RF, HF_RB, HF_PJ_FLOP, HF_PJ_BYTE, HF_SPEEDUP, HF_PDYN, HF_DVFS, HF_SMIN, HF_OVERHEAD,
@@ -137,41 +139,37 @@ def model_coefficients(model: Model, lm_head: LmHead = "all") -> tuple[np.ndarra
 def prefill_work(mi: np.ndarray, mf: np.ndarray, tokens: int, quad: int, n: int) -> tuple[int, float]:
     """FLOPs and bytes of one prefill step over ``n`` whole prompts (§1.3).
 
-    ``tokens`` = Σ s_i and ``quad`` = Σ s_i·(s_i + 1) (the causal-attention term).
+    ``tokens`` = Σ s_i and ``quad`` = Σ s_i·(s_i + 1) (the causal-attention term). Bytes: the
+    weights streamed once, one embedding row per token, the KV written.
     """
     if mi[MI_LM_LAST]:
         flops = mi[MI_TWO_PLAYERS] * tokens + mi[MI_TWO_VD] * n + mi[MI_TWO_LD] * quad
     else:
         flops = mi[MI_TWO_PMM] * tokens + mi[MI_TWO_LD] * quad
-    return flops, _weights_streamed(mi, mf, tokens) + tokens * mf[MF_ROW] + tokens * mf[MF_KV_TOK]
+    weights = mf[MF_W_STR]
+    if mi[MI_EXPERTS]:  # dense part + experts touched (see MF_W_EXPERT)
+        weights = mf[MF_W_DENSE] + mf[MF_EXPERT_SLOTS] * (1.0 - (1.0 - mf[MF_TOPK_FRAC]) ** tokens) * mf[MF_W_EXPERT]
+    return flops, weights + tokens * mf[MF_ROW] + tokens * mf[MF_KV_TOK]
 
 
 def decode_work(mi: np.ndarray, mf: np.ndarray, batch: int, context: int) -> tuple[int, float]:
     """FLOPs and bytes of one decode step: ``batch`` sequences whose contexts sum to ``context``
-    (§1.4, including the reference's self-attention term)."""
+    (§1.4, including the reference's self-attention term). Bytes: weights, embedding rows, all
+    cached KV read plus the new tokens' KV."""
     flops = mi[MI_TWO_PMM] * batch + mi[MI_FOUR_LD] * (context + batch)
-    nbytes = _weights_streamed(mi, mf, batch) + batch * mf[MF_ROW] + (context + batch) * mf[MF_KV_TOK]
-    return flops, nbytes
-
-
-def _weights_streamed(mi: np.ndarray, mf: np.ndarray, tokens: int) -> float:
-    """Weights read by one forward pass over ``tokens`` tokens.
-
-    Dense models read every weight once. A mixture of experts reads the dense part plus the
-    experts its tokens touch: with uniform top-k routing, E·(1 − (1 − k/E)^T) per layer
-    (an extension; the reference does not simulate MoE models).
-    """
-    if mi[MI_EXPERTS] == 0:
-        return mf[MF_W_STR]
-    touched = mf[MF_EXPERT_SLOTS] * (1.0 - (1.0 - mf[MF_TOPK_FRAC]) ** tokens)
-    return mf[MF_W_DENSE] + touched * mf[MF_W_EXPERT]
+    weights = mf[MF_W_STR]
+    if mi[MI_EXPERTS]:  # dense part + experts touched (see MF_W_EXPERT)
+        weights = mf[MF_W_DENSE] + mf[MF_EXPERT_SLOTS] * (1.0 - (1.0 - mf[MF_TOPK_FRAC]) ** batch) * mf[MF_W_EXPERT]
+    return flops, weights + batch * mf[MF_ROW] + (context + batch) * mf[MF_KV_TOK]
 
 
 def roofline(hf: np.ndarray, flops: float, nbytes: float) -> tuple[float, float, float]:
     """Step time (overhead included), compute energy and memory energy (§3, exact).
 
     Compute and memory overlap perfectly; a power budget (TDP or a lower cap) throttles the
-    compute clock, and DVFS lowers it on memory-bound steps down to the minimum clock.
+    compute clock, and DVFS lowers it on memory-bound steps down to the minimum clock. When the
+    budget binds and the memory-side bound does not apply, the clock is the real root of
+    s³ + p·s + q = 0 (Cardano, sign-preserving cube roots).
     """
     t_c = flops / hf[HF_RF]
     t_m = nbytes / hf[HF_RB]
@@ -186,7 +184,10 @@ def roofline(hf: np.ndarray, flops: float, nbytes: float) -> tuple[float, float,
         if x > 0.0 and math.sqrt(x) * t_m >= t_c:
             s = min(s, math.sqrt(x))
         else:
-            s = _cardano(e_m / e_c, -p_dyn * t_c / e_c)
+            p, q = e_m / e_c, -p_dyn * t_c / e_c
+            r = math.sqrt(q * q / 4.0 + p * p * p / 27.0)
+            u, v = -q / 2.0 + r, -q / 2.0 - r
+            s = math.copysign(abs(u) ** (1.0 / 3.0), u) + math.copysign(abs(v) ** (1.0 / 3.0), v)
         s = max(s, hf[HF_SMIN])
     t = max(t_c / s, t_m)
     e_c = e_c * s * s
@@ -195,21 +196,11 @@ def roofline(hf: np.ndarray, flops: float, nbytes: float) -> tuple[float, float,
     return t + hf[HF_OVERHEAD], e_c, e_m
 
 
-def _cardano(p: float, q: float) -> float:
-    """The real root of s³ + p·s + q = 0 (p > 0), with sign-preserving cube roots."""
-    r = math.sqrt(q * q / 4.0 + p * p * p / 27.0)
-    return _cbrt(-q / 2.0 + r) + _cbrt(-q / 2.0 - r)
-
-
-def _cbrt(x: float) -> float:
-    return math.copysign(abs(x) ** (1.0 / 3.0), x)
-
-
-def elementwise_pass(hf: np.ndarray, ops: float, nbytes: float) -> tuple[float, float]:
-    """Time and energy of an extra elementwise pass (e.g. compressing KV on the GPU, §5):
-    ``max(ops/R_F, bytes/R_B)``, no overhead, no cap, no DVFS."""
+def elementwise_pass(hf: np.ndarray, ops: float, nbytes: float) -> tuple[float, float, float]:
+    """Time, compute energy and memory energy of an extra elementwise pass (compressing KV on
+    the GPU, §5): ``max(ops/R_F, bytes/R_B)``, no overhead, no cap, no DVFS."""
     t = max(ops / hf[HF_RF], nbytes / hf[HF_RB])
-    return t, ops * hf[HF_PJ_FLOP] * 1e-12 + nbytes * hf[HF_PJ_BYTE] * 1e-12
+    return t, ops * hf[HF_PJ_FLOP] * 1e-12, nbytes * hf[HF_PJ_BYTE] * 1e-12
 
 
 # ------------------------------------------------------------------------ pools (§2.1, §2.2)
@@ -367,3 +358,25 @@ def decode_step(model: Model, pool: Pool, batch: int, context_per_seq: int) -> S
 def power_w(pool: Pool, step: StepCost) -> float:
     """Average power of the instance over one step: static + dynamic energy / step time."""
     return pool.idle_w + step.energy_j / step.time
+
+
+# ----------------------------------------------------------------- silicon cost (PPA, §7)
+
+WAFER_DIAMETER_MM = 300.0
+WAFER_COST_USD = 10_000.0
+DEFECTS_PER_CM2 = 0.1
+
+
+def silicon_cost_usd(device: Device) -> float | None:
+    """Illustrative $ per good die: dies per 300 mm wafer and Murphy's yield model.
+
+    ``None`` when the catalog gives no die area for the device.
+    """
+    area = device.die_mm2
+    if area is None:
+        return None
+    r = WAFER_DIAMETER_MM / 2
+    dies = math.floor(math.pi * r * r / area - math.pi * WAFER_DIAMETER_MM / math.sqrt(2 * area))
+    x = area / 100 * DEFECTS_PER_CM2
+    yield_ = ((1 - math.exp(-x)) / x) ** 2
+    return WAFER_COST_USD / (dies * yield_)

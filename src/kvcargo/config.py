@@ -1,0 +1,191 @@
+"""One validated run configuration, and its resolution against the catalog.
+
+:class:`SimConfig` holds plain values whose names are the CLI flags with dashes turned into
+underscores (the web API uses the same names); its defaults are the chapter's base scenario.
+:func:`resolve` turns it into catalog objects, pools, the link, the compression stage and the
+request stream, failing with one clear line on anything impossible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from kvcargo import catalog as catalog_mod
+from kvcargo.catalog import Catalog, Link, Model
+from kvcargo.cost import LmHead, Pool, require_fit
+from kvcargo.errors import KvcargoError
+from kvcargo.handoff import Compression
+from kvcargo.workload import LengthDist, Workload, generate
+
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=1)]
+
+MAX_REQUESTS = 50_000_000
+"""Hard ceiling on generated requests (a typo should not exhaust the machine)."""
+
+
+class SimConfig(BaseModel):
+    """A simulation run. Field names are the CLI flags (``--prefill-device`` → ``prefill_device``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = "llama3-8b"
+    device: str = "h100"
+    devices_per_instance: Count = 1
+    prefill_device: str | None = None
+    decode_device: str | None = None
+    prefill_devices_per_instance: Count | None = None
+    decode_devices_per_instance: Count | None = None
+    mode: Literal["disagg", "colocated"] = "disagg"
+    prefill: Count = 1
+    decode: Count = 1
+    instances: Count | None = None
+    """Colocated instance count (default: prefill + decode, the same GPUs)."""
+    link: str = "ib-ndr"
+    link_channels: Count | None = None
+    rate: Positive = 8.0
+    requests: Annotated[int, Field(ge=1, le=MAX_REQUESTS)] = 800
+    prompt: Positive = 2048.0
+    prompt_cv: NonNeg = 0.5
+    output: Positive = 256.0
+    output_cv: NonNeg = 0.5
+    seed: int = 1
+    ttft_slo: Positive = 1.0
+    tpot_slo: Positive = 0.025
+    kv_compress: str | None = None
+    kv_compress_at: Literal["transit", "endpoint"] = "transit"
+    kv_keep: Annotated[float, Field(gt=0, le=1)] | None = None
+    power_cap: Positive | None = None
+    prefill_power_cap: Positive | None = None
+    decode_power_cap: Positive | None = None
+    dvfs: bool = False
+    workload_file: str | None = None
+    lm_head: LmHead = "all"
+    token_budget: Count = 8192
+    max_batch: Count = 256
+    catalog: tuple[str, ...] = ()
+    """Extra catalog TOML files, in order."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "SimConfig":
+        if self.mode == "colocated" and self.kv_compress is not None:
+            raise ValueError("KV compression needs a hand-off: use --mode disagg or drop --kv-compress")
+        if self.kv_keep is not None and self.kv_compress != "freq-keep-k":
+            raise ValueError("--kv-keep applies only to --kv-compress freq-keep-k")
+        return self
+
+    @classmethod
+    def build(cls, **values: Any) -> "SimConfig":
+        """Validate ``values``; bad input raises :class:`KvcargoError` with one line naming it."""
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            raise KvcargoError(describe(exc)) from None
+
+    def replace(self, **changes: Any) -> "SimConfig":
+        """A copy with some values changed (validated again)."""
+        return SimConfig.build(**{**self.model_dump(), **changes})
+
+    @property
+    def colocated_instances(self) -> int:
+        return self.instances if self.instances is not None else self.prefill + self.decode
+
+
+def describe(exc: ValidationError) -> str:
+    """One line naming the first invalid field (as a CLI flag) and what is wrong."""
+    err = exc.errors()[0]
+    loc = [str(p) for p in err["loc"] if not isinstance(p, int)]
+    msg = err["msg"].removeprefix("Value error, ")
+    if not loc:
+        return msg
+    flag = "--" + loc[0].replace("_", "-")
+    if err["type"] == "extra_forbidden":
+        return f"unknown parameter {flag}"
+    value = err.get("input")
+    shown = f" (got {value!r})" if value is not None and not isinstance(value, dict) else ""
+    return f"invalid {flag}{shown}: {msg}"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A configuration turned into what the engine needs: catalog objects, pools, workload."""
+
+    config: SimConfig
+    catalog: Catalog
+    model: Model
+    prefill_pool: Pool
+    decode_pool: Pool
+    link: Link
+    channels: int
+    compression: Compression | None
+    workload: Workload
+    kv_capacity: int
+    """KV tokens of a decode (or colocated) instance: the admission and rejection limit."""
+
+    @property
+    def colocated(self) -> bool:
+        return self.config.mode == "colocated"
+
+    @property
+    def n_prefill(self) -> int:
+        return 0 if self.colocated else self.config.prefill
+
+    @property
+    def n_decode(self) -> int:
+        return self.config.colocated_instances if self.colocated else self.config.decode
+
+
+def resolve(config: SimConfig, workload: Workload | None = None) -> Resolved:
+    """Look everything up in the catalog, build the pools and the request stream."""
+    cat = catalog_mod.load(config.catalog)
+    model = cat.model(config.model)
+    cat.device(config.device)
+    c = config
+    if c.mode == "colocated":
+        pool = Pool(cat.device(c.device), c.devices_per_instance, _cap(c.power_cap, None), c.dvfs)
+        prefill_pool = decode_pool = pool
+        kvcap = require_fit(model, pool, "colocated")
+    else:
+        prefill_pool = Pool(
+            cat.device(c.prefill_device or c.device),
+            c.prefill_devices_per_instance or c.devices_per_instance,
+            _cap(c.power_cap, c.prefill_power_cap), c.dvfs,
+        )
+        decode_pool = Pool(
+            cat.device(c.decode_device or c.device),
+            c.decode_devices_per_instance or c.devices_per_instance,
+            _cap(c.power_cap, c.decode_power_cap), c.dvfs,
+        )
+        require_fit(model, prefill_pool, "prefill")
+        kvcap = require_fit(model, decode_pool, "decode")
+    link = cat.link(c.link)
+    compression = None
+    if c.kv_compress is not None:
+        compression = Compression(cat.codec(c.kv_compress), c.kv_compress_at, c.kv_keep)
+    if workload is None:
+        workload = load_workload(c)
+    return Resolved(c, cat, model, prefill_pool, decode_pool, link, c.link_channels or link.channels,
+                    compression, workload, kvcap)
+
+
+def load_workload(config: SimConfig) -> Workload:
+    """The request stream: a trace file when given, else the seeded generator."""
+    if config.workload_file:
+        from kvcargo.workload.traces import read_trace
+
+        return read_trace(config.workload_file)
+    return generate(
+        config.requests, config.rate,
+        LengthDist(config.prompt, config.prompt_cv), LengthDist(config.output, config.output_cv),
+        config.seed,
+    )
+
+
+def _cap(global_cap: float | None, pool_cap: float | None) -> float | None:
+    """The tighter of a global and a per-pool power cap."""
+    caps = [c for c in (global_cap, pool_cap) if c is not None]
+    return min(caps) if caps else None

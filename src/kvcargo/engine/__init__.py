@@ -1,0 +1,1 @@
+"""The discrete-event engine (see loop.py); cluster.run() is its entry point."""

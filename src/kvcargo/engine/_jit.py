@@ -1,0 +1,31 @@
+"""Optional compilation of the engine's kernels with numba (the ``kvcargo[fast]`` extra).
+
+The engine is written once, in a numba-compatible subset of Python. With numba installed the
+kernels are compiled (and cached on disk); without it, or with ``KVCARGO_JIT=0``, the very same
+functions run as plain Python and give bit-identical results, only slower.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TypeVar
+
+F = TypeVar("F", bound=Callable)
+
+try:
+    if os.environ.get("KVCARGO_JIT", "1") == "0":
+        raise ImportError("disabled by KVCARGO_JIT=0")
+    import numba as _numba
+except ImportError:
+    _numba = None
+
+ENABLED: bool = _numba is not None
+"""True when the engine runs compiled."""
+
+
+def kernel(fn: F) -> F:
+    """Compile ``fn`` with numba (no Python objects, IEEE floats, cached) when available."""
+    if _numba is None:
+        return fn
+    return _numba.njit(cache=True, nogil=True)(fn)

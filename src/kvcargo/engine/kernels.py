@@ -1,0 +1,13 @@
+"""The cost model's kernels as the engine calls them (compiled when numba is available).
+
+The engine never sees a hardware number: it hands these functions the packed coefficient
+arrays it was given and gets back times and energies.
+"""
+
+from kvcargo import cost
+from kvcargo.engine._jit import kernel
+
+prefill_work = kernel(cost.prefill_work)
+decode_work = kernel(cost.decode_work)
+roofline = kernel(cost.roofline)
+elementwise_pass = kernel(cost.elementwise_pass)

@@ -1,0 +1,62 @@
+"""The KV link: one cluster-wide resource with N channels, FCFS (reference-semantics §4).
+
+A hand-off asks for a channel; when one is free the grant is a zero-delay event (SimPy's
+``Request`` succeeding), the transfer holds the channel for its duration, and the release is
+another zero-delay event that grants the channel to the head of the FIFO. When the KV has
+landed, the request goes to the decode instance with the fewest queued + running requests.
+"""
+
+from __future__ import annotations
+
+from kvcargo.engine._jit import kernel
+from kvcargo.engine.decode import decode_submit, route_decode
+from kvcargo.engine.events import schedule
+from kvcargo.engine.state import (
+    F_LINK_BUSY, F_LINK_J, F_NOW, F_TRANSIT_J, GRANT, I_LINK_FREE, I_LQ_HEAD, I_LQ_TAIL, I_XFERS,
+    RELEASE, XFER_DONE,
+)
+
+
+@kernel
+def link_request(heap, st, pr, r):
+    """Join the FIFO of transfers waiting for a channel."""
+    st.qnext[r] = -1
+    if st.i[I_LQ_TAIL] < 0:
+        st.i[I_LQ_HEAD] = r
+    else:
+        st.qnext[st.i[I_LQ_TAIL]] = r
+    st.i[I_LQ_TAIL] = r
+    link_trigger(heap, st)
+
+
+@kernel
+def link_trigger(heap, st):
+    """Grant a free channel to the head of the FIFO (at most one grant per trigger, as SimPy)."""
+    r = st.i[I_LQ_HEAD]
+    if r >= 0 and st.i[I_LINK_FREE] > 0:
+        st.i[I_LINK_FREE] -= 1
+        st.i[I_LQ_HEAD] = st.qnext[r]
+        if st.qnext[r] < 0:
+            st.i[I_LQ_TAIL] = -1
+        schedule(heap, st, st.f[F_NOW], GRANT, r)
+
+
+@kernel
+def link_granted(heap, st, pr, r):
+    """The transfer starts now and holds its channel for its duration."""
+    now = st.f[F_NOW]
+    st.kv_start[r] = now
+    st.i[I_XFERS] += 1
+    schedule(heap, st, now + pr.xfer_time[r], XFER_DONE, r)
+
+
+@kernel
+def link_done(heap, st, pr, r):
+    """The KV has landed: free the channel, account the transfer, hand the request to decode."""
+    st.i[I_LINK_FREE] += 1
+    schedule(heap, st, st.f[F_NOW], RELEASE, -1)
+    st.f[F_LINK_BUSY] += pr.xfer_time[r]
+    st.f[F_LINK_J] += pr.xfer_j[r]
+    st.f[F_TRANSIT_J] += pr.transit_j[r]
+    st.kv_ready[r] = st.f[F_NOW]
+    decode_submit(heap, st, pr, route_decode(st), r)

@@ -1,0 +1,287 @@
+"""Records → summary: latency percentiles, SLOs, goodput, utilisation, energy (reference §7).
+
+Statistics follow the reference exactly: warm-up (the first 10% of completed requests by
+arrival) is excluded from latency and SLO figures; percentiles interpolate linearly between
+order statistics (numpy's default); means are exact (``fsum``). Inter-token latencies are never
+stored per token: every gap after a request's first is the difference of two consecutive step
+ends of its decode instance, so the pooled sample is the step gaps weighted by how many steady
+requests were in each step, plus each request's first gap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kvcargo.cost import silicon_cost_usd
+from kvcargo.engine.cluster import EngineOutput
+from kvcargo.engine.state import DONE, REJECTED, S_BUSY, S_BYTES, S_EC, S_EM, S_FLOPS, S_STEPS
+
+WARMUP_FRACTION = 0.1
+PERCENTILES = (50, 90, 99)
+STAGES = ("prefill_queue", "prefill", "kv_wait", "kv_transfer", "decode_queue", "decode")
+STAGE_OWNER = {"prefill_queue": "prefill", "prefill": "prefill", "kv_wait": "kv-link",
+               "kv_transfer": "kv-link", "decode_queue": "decode", "decode": "decode"}
+
+
+# ------------------------------------------------------------------------------ percentiles
+
+
+def _lerp(a: float, b: float, t: float) -> float:
+    """numpy's interpolation, including its switch to ``b - (b - a)(1 - t)`` for t ≥ 0.5."""
+    diff = b - a
+    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
+
+
+def percentile_of(order_stat: Callable[[int], float], n: int, p: float) -> float:
+    """The p-th percentile (numpy 'linear') of a sample of size n given its order statistics."""
+    if n == 0:
+        return math.nan
+    virtual = (n - 1) * (p / 100)
+    lo = math.floor(virtual)
+    hi = min(lo + 1, n - 1)
+    return _lerp(order_stat(lo), order_stat(hi), virtual - lo)
+
+
+def describe(values: np.ndarray, prefix: str) -> dict[str, float]:
+    """mean, p50, p90, p99 and max of a sample, keyed ``{prefix}_mean`` etc."""
+    x = np.sort(np.asarray(values, dtype=np.float64))
+    n = len(x)
+    out = {f"{prefix}_mean": math.fsum(x.tolist()) / n if n else math.nan}
+    for p in PERCENTILES:
+        out[f"{prefix}_p{p}"] = percentile_of(lambda i: float(x[i]), n, p)
+    out[f"{prefix}_max"] = float(x[-1]) if n else math.nan
+    return out
+
+
+def describe_weighted(values: np.ndarray, weights: np.ndarray, prefix: str) -> dict[str, float]:
+    """As :func:`describe` for a sample where ``values[i]`` occurs ``weights[i]`` times."""
+    keep = weights > 0
+    v, w = values[keep], weights[keep]
+    order = np.argsort(v, kind="stable")
+    v, w = v[order], w[order]
+    cum = np.cumsum(w)
+    n = int(cum[-1]) if len(cum) else 0
+    out = {f"{prefix}_mean": float(np.dot(v, w)) / n if n else math.nan}
+    for p in PERCENTILES:
+        out[f"{prefix}_p{p}"] = percentile_of(lambda i: float(v[np.searchsorted(cum, i, side="right")]), n, p)
+    out[f"{prefix}_max"] = float(v[-1]) if n else math.nan
+    return out
+
+
+# ------------------------------------------------------------------------------- the summary
+
+
+def steady_requests(out: EngineOutput) -> np.ndarray:
+    """Completed requests in arrival order, minus the warm-up (the first 10%)."""
+    done = np.nonzero(out.state.status == DONE)[0]
+    by_arrival = done[np.argsort(out.params.arrival[done], kind="stable")]
+    return by_arrival[int(len(by_arrival) * WARMUP_FRACTION):]
+
+
+def stage_times(out: EngineOutput) -> dict[str, np.ndarray]:
+    """Per-request stage durations (absent stages are 0); they sum to the end-to-end latency."""
+    st, pr = out.state, out.params
+
+    def gap(end: np.ndarray, start: np.ndarray) -> np.ndarray:
+        d = end - start
+        return np.where(np.isnan(d), 0.0, d)
+
+    landed = np.where(np.isnan(st.kv_ready), st.first_token, st.kv_ready)
+    return {
+        "prefill_queue": gap(st.prefill_start, pr.arrival),
+        "prefill": gap(st.first_token, st.prefill_start),
+        "kv_wait": gap(st.kv_start, st.first_token),
+        "kv_transfer": gap(st.kv_ready, st.kv_start),
+        "decode_queue": gap(st.decode_start, landed),
+        "decode": gap(st.finish, st.decode_start),
+    }
+
+
+def itl_sample(out: EngineOutput, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every token gap after the first token of ``requests``, as (values, multiplicities)."""
+    st, pr = out.state, out.params
+    sel = requests[(pr.output[requests] >= 2) & (st.first_step[requests] >= 0)]
+    values, weights = [], []
+    inst = out.step_inst[:, 0]
+    for d in np.unique(st.decode_inst[sel]):
+        ends = out.steps[inst == d, 1]
+        mine = sel[st.decode_inst[sel] == d]
+        k = st.first_step[mine]
+        values.append(ends[k] - st.first_token[mine])  # each request's first gap
+        weights.append(np.ones(len(mine), dtype=np.int64))
+        count = np.zeros(len(ends) + 1, dtype=np.int64)  # requests in step k after their first
+        np.add.at(count, k + 1, 1)
+        np.add.at(count, k + pr.output[mine] - 1, -1)
+        values.append(ends[1:] - ends[:-1])
+        weights.append(np.cumsum(count)[1:len(ends)])
+    if not values:
+        return np.zeros(0), np.zeros(0, dtype=np.int64)
+    return np.concatenate(values), np.concatenate(weights)
+
+
+def summarize(out: EngineOutput) -> dict[str, Any]:
+    """The run's summary (SI units: seconds, joules, watts, bytes)."""
+    res, st, pr = out.resolved, out.state, out.params
+    cfg = res.config
+    H = out.horizon
+    done = np.nonzero(st.status == DONE)[0]
+    steady = steady_requests(out)
+    n_done = len(done)
+    s: dict[str, Any] = {
+        "requests": int(len(pr.arrival)),
+        "completed": n_done,
+        "rejected": int(np.count_nonzero(st.status == REJECTED)),
+        "horizon_s": H,
+        "steady_requests": int(len(steady)),
+    }
+    ttft = (st.first_token - pr.arrival)[steady]
+    multi = steady[pr.output[steady] >= 2]
+    tpot_all = np.full(len(pr.arrival), np.nan)
+    ok = pr.output >= 2
+    tpot_all[ok] = (st.finish[ok] - st.first_token[ok]) / (pr.output[ok] - 1)
+    e2e = (st.finish - pr.arrival)[steady]
+    s |= describe(ttft, "ttft") | describe(tpot_all[multi], "tpot")
+    s |= describe_weighted(*itl_sample(out, steady), "itl") | describe(e2e, "e2e")
+    xfer = ~np.isnan(st.kv_ready)
+    s |= describe((st.kv_ready - st.first_token)[xfer], "handoff")
+
+    tpot_ok = np.where(pr.output[steady] >= 2, tpot_all[steady] <= cfg.tpot_slo, True)
+    met = int(np.count_nonzero((ttft <= cfg.ttft_slo) & tpot_ok))
+    window = float(pr.arrival[steady].max() - pr.arrival[steady].min()) if len(steady) > 1 else 0.0
+    out_tokens = int(pr.output[done].sum())
+    s |= {
+        "slo_met": met,
+        "slo_attainment": met / len(steady) if len(steady) else math.nan,
+        "goodput_rps": met / window if window > 0 else math.nan,
+        "output_tokens": out_tokens,
+        "output_tok_per_s": out_tokens / H if H > 0 else math.nan,
+        "req_per_s": n_done / H if H > 0 else math.nan,
+    }
+    s |= _stages(out, steady)
+    s |= _link(out)
+    s |= _energy(out, out_tokens)
+    s["instances"] = _instances(out)
+    s |= _hotspot(s)
+    s |= _cost(out, s["output_tok_per_s"])
+    s["littles_population"] = float(np.sum(st.finish[done] - pr.arrival[done])) / H if H > 0 else math.nan
+    s["littles_expected"] = s["req_per_s"] * (
+        math.fsum((st.finish[done] - pr.arrival[done]).tolist()) / n_done if n_done else math.nan)
+    return s
+
+
+def _stages(out: EngineOutput, steady: np.ndarray) -> dict[str, float]:
+    stages = stage_times(out)
+    means = {k: math.fsum(v[steady].tolist()) / len(steady) if len(steady) else math.nan
+             for k, v in stages.items()}
+    e2e = math.fsum((out.state.finish - out.params.arrival)[steady].tolist()) / len(steady) if len(steady) else math.nan
+    s: dict[str, float] = {}
+    for k in STAGES:
+        s[f"stage_{k}_s"] = means[k]
+        s[f"share_{k}"] = means[k] / e2e if e2e else math.nan
+    s["kv_share_of_e2e"] = s["share_kv_wait"] + s["share_kv_transfer"]
+    return s
+
+
+def _link(out: EngineOutput) -> dict[str, Any]:
+    res, st = out.resolved, out.state
+    H = out.horizon
+    if res.colocated:
+        return {"transfers": 0, "link_busy": 0.0, "link_bytes": 0.0, "link_gbps": 0.0,
+                "link_mean_wait_s": 0.0, "link_j": 0.0, "transit_j": 0.0, "link_j_per_request": 0.0,
+                "transit_bound_share": 0.0}
+    moved = ~np.isnan(st.kv_start)
+    wire = out.wire_bytes[moved]
+    n = out.transfers
+    return {
+        "transfers": n,
+        "link_busy": out.link_busy_s / (res.channels * H) if H > 0 else math.nan,
+        "link_bytes": float(wire.sum()),
+        "link_gbps": float(wire.sum()) / H / 1e9 if H > 0 else math.nan,
+        "link_mean_wait_s": float(np.sum((st.kv_start - st.first_token)[moved])) / n if n else 0.0,
+        "link_j": out.link_j,
+        "transit_j": out.transit_j,
+        "link_j_per_request": (out.link_j + out.transit_j) / max(1, n),
+        "transit_bound_share": float(np.mean(out.transit_bound[moved])) if n else 0.0,
+    }
+
+
+def _pools(out: EngineOutput) -> list[tuple[str, Any]]:
+    """(name, pool) per instance, in stats-row order."""
+    res = out.resolved
+    if res.colocated:
+        return [(f"colocated-{i}", res.decode_pool) for i in range(res.n_decode)]
+    return ([(f"prefill-{i}", res.prefill_pool) for i in range(res.n_prefill)]
+            + [(f"decode-{i}", res.decode_pool) for i in range(res.n_decode)])
+
+
+def _energy(out: EngineOutput, out_tokens: int) -> dict[str, float]:
+    H = out.horizon
+    stats = out.state.stats
+    static = sum(pool.idle_w * H for _, pool in _pools(out))
+    compute = float(stats[:, S_EC].sum())
+    memory = float(stats[:, S_EM].sum())
+    total = static + compute + memory + out.link_j + out.transit_j
+    return {
+        "energy_j": total,
+        "energy_static_j": static, "energy_compute_j": compute, "energy_memory_j": memory,
+        "energy_link_j": out.link_j, "energy_transit_j": out.transit_j,
+        "share_static": static / total, "share_compute": compute / total,
+        "share_memory": memory / total, "share_link": out.link_j / total,
+        "share_transit": out.transit_j / total,
+        "j_per_token": total / out_tokens if out_tokens else math.nan,
+        "tokens_per_j": out_tokens / total if total else math.nan,
+        "avg_power_w": total / H if H > 0 else math.nan,
+    }
+
+
+def _instances(out: EngineOutput) -> list[dict[str, Any]]:
+    H = out.horizon
+    rows = []
+    n_pre = out.resolved.n_prefill
+    for i, (name, pool) in enumerate(_pools(out)):
+        row = out.state.stats[i]
+        steps = int(row[S_STEPS])
+        if name.startswith("prefill"):
+            served = int(np.count_nonzero(out.state.prefill_inst == i))
+            mean_batch = served / steps if steps else 0.0
+        else:
+            batches = out.step_inst[out.step_inst[:, 0] == i - n_pre, 1]
+            mean_batch = float(batches.mean()) if len(batches) else 0.0
+        rows.append({
+            "name": name, "device": pool.device.key, "devices": pool.n, "steps": steps,
+            "busy": row[S_BUSY] / H if H > 0 else math.nan,
+            "mfu": row[S_FLOPS] / (H * pool.device.peak_flops * pool.n) if H > 0 else math.nan,
+            "mbu": row[S_BYTES] / (H * pool.device.hbm_bw * pool.n) if H > 0 else math.nan,
+            "mean_batch": mean_batch,
+            "avg_power_w": pool.idle_w + (row[S_EC] + row[S_EM]) / H if H > 0 else math.nan,
+        })
+    return rows
+
+
+def _hotspot(s: dict[str, Any]) -> dict[str, Any]:
+    """The largest stage other than decoding itself, the pool that owns it, its busiest member."""
+    stage = max((k for k in STAGES if k != "decode"), key=lambda k: s[f"stage_{k}_s"])
+    owner = STAGE_OWNER[stage]
+    colocated = s["instances"][0]["name"].startswith("colocated")
+    if colocated and owner != "kv-link":
+        owner = "colocated"
+    if owner == "kv-link":
+        where = "kv-link"
+    else:
+        members = [r for r in s["instances"] if r["name"].startswith(owner)]
+        where = max(members, key=lambda r: r["busy"])["name"]
+    return {"hotspot_stage": stage, "hotspot_pool": owner, "hotspot": where}
+
+
+def _cost(out: EngineOutput, tok_per_s: float) -> dict[str, float]:
+    dollars = 0.0
+    for _, pool in _pools(out):
+        die = silicon_cost_usd(pool.device)
+        if die is None:
+            return {"silicon_usd": math.nan, "tok_per_s_per_kusd": math.nan}
+        dollars += pool.n * die
+    return {"silicon_usd": dollars, "tok_per_s_per_kusd": 1000 * tok_per_s / dollars}
