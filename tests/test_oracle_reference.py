@@ -1,0 +1,269 @@
+"""The SimPy oracle reproduces the companion simulator's published runs bit for bit.
+
+The per-request CSVs in ``tests/data/reference-runs`` (copied from ``shared/data/reference-runs``)
+hold every request's timestamps as written by the reference simulator. The oracle
+(:mod:`oracle.simpy_oracle`) re-implements reference-semantics §6 from the spec and, fed the same
+seeded stream, must produce exactly the same floats (``==``, no tolerance).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvcargo import catalog
+from kvcargo.cost import HF_OVERHEAD, HF_RB, HF_RF, Pool
+from kvcargo.handoff import Compression
+from kvcargo.workload import LengthDist, Workload, generate
+
+try:  # tests/ is a rootdir-less directory (pytest puts it on sys.path) ...
+    from oracle import OracleResult, run_oracle, simpy_oracle
+except ImportError:  # ... unless it becomes a package
+    from tests.oracle import OracleResult, run_oracle, simpy_oracle  # type: ignore[no-redef]
+
+DATA = Path(__file__).resolve().parent / "data" / "reference-runs"
+N_REQUESTS = 800
+STAMPS = ("prefill_start", "first_token", "kv_start", "kv_ready", "decode_start", "finish")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One published run: Llama-3-8B, 1 device per instance, 800 requests, seed 1."""
+
+    name: str
+    rate: float
+    link: str = "ib-ndr"
+    codec: str | None = None
+    at: str = "transit"
+    prefill: str = "h100"
+    decode: str = "h100"
+    n_prefill: int = 1
+
+    def __str__(self) -> str:
+        return self.name
+
+
+RUNS = {
+    r.name: r
+    for r in (
+        Run("s14_gqa_ib-ndr_rate8", 8),
+        Run("s14_gqa_eth-25g_rate8", 8, link="eth-25g"),
+        Run("s15_sweep_eth25g_rate14_none_transit", 14, link="eth-25g"),  # no stage at all
+        Run("s15_sweep_eth25g_rate14_fp8_transit", 14, link="eth-25g", codec="fp8"),
+        Run("s15_sweep_eth25g_rate14_fp8_endpoint", 14, link="eth-25g", codec="fp8", at="endpoint"),
+        Run("s10_h100p_a100d", 8, decode="a100"),
+        Run("s10_2xa100p_h100d", 8, prefill="a100", n_prefill=2),
+    )
+}
+A100_DECODE = "s10_h100p_a100d"
+
+
+@cache
+def _workload(rate: float) -> Workload:
+    return generate(N_REQUESTS, rate, LengthDist(2048, 0.5), LengthDist(256, 0.5), seed=1)
+
+
+def _run(run: Run) -> OracleResult:
+    cat = catalog.load()
+    comp = Compression(cat.codec(run.codec), at=run.at) if run.codec else None  # type: ignore[arg-type]
+    return run_oracle(_workload(run.rate), model=cat.model("llama3-8b"), prefill_pool=Pool(cat.device(run.prefill)),
+                      decode_pool=Pool(cat.device(run.decode)), n_prefill=run.n_prefill,
+                      link=cat.link(run.link), compression=comp)
+
+
+@cache
+def _reference(name: str) -> tuple[dict[str, str], ...]:
+    with open(DATA / f"{name}.csv", newline="") as f:
+        return tuple(csv.DictReader(f))
+
+
+def _f(cell: str) -> float:
+    return float(cell) if cell != "" else math.nan
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def _mismatches(res: OracleResult, rows: tuple[dict[str, str], ...]) -> list[tuple[int, str, str, float]]:
+    """Every (request, field, reference, oracle) that differs, in request order."""
+    out = []
+    for i, row in enumerate(rows):
+        for col in STAMPS:
+            if not _same(_f(row[col]), float(getattr(res, col)[i])):
+                out.append((i, col, row[col], float(getattr(res, col)[i])))
+        itls = res.itls[i]
+        if int(row["n_itls"]) != len(itls):
+            out.append((i, "n_itls", row["n_itls"], len(itls)))
+        elif itls and (float(row["itl_max"]) != max(itls) or float(row["itl_sum"]) != sum(itls)):
+            out.append((i, "itl_max/itl_sum", f"{row['itl_max']}/{row['itl_sum']}", max(itls)))
+    return out
+
+
+def _assert_exact(res: OracleResult, name: str) -> None:
+    rows = _reference(name)
+    assert len(rows) == N_REQUESTS
+    assert not res.rejected.any()
+    bad = _mismatches(res, rows)
+    assert not bad, f"{len(bad)} mismatches; first diverging request {bad[0][0]}: {bad[0][1]} reference " \
+                    f"{bad[0][2]} oracle {bad[0][3]!r}"
+
+
+# --------------------------------------------------------------------------------- the streams
+
+
+@pytest.mark.parametrize("rate", [8, 14])
+def test_reference_streams_are_the_generated_workload(rate: int) -> None:
+    wl = _workload(rate)
+    with open(DATA / f"stream_rate{rate}_n800_seed1.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["arrival_s"]) for r in rows] == wl.arrival.tolist()
+    assert [int(r["prompt_len"]) for r in rows] == wl.prompt.tolist()
+    assert [int(r["output_len"]) for r in rows] == wl.output.tolist()
+
+
+# ------------------------------------------------------------------------ per-request parity
+
+_XFAIL_A100 = pytest.mark.xfail(
+    strict=True,
+    reason="reference rounds A100 decode memory time as (bytes/1e12)/(2.039*0.8); kvcargo's roofline "
+           "(bytes/1.6312e12) differs by 1-2 ulp, which flips two near-tie clock additions (14.66 s, "
+           "42.99 s); see test_a100_decode_run_is_exact_with_the_references_memory_time",
+)
+
+
+@pytest.mark.parametrize("run", [pytest.param(r, marks=_XFAIL_A100) if r.name == A100_DECODE else r
+                                 for r in RUNS.values()], ids=str)
+def test_oracle_reproduces_reference_run(run: Run) -> None:
+    _assert_exact(_run(run), run.name)
+
+
+def test_a100_decode_run_within_rounding() -> None:
+    """With kvcargo's roofline the H100-prefill/A100-decode run is exact up to the first near-tie
+    clock addition (14.66 s) and within a few ulps of the clock afterwards."""
+    res, rows = _run(RUNS[A100_DECODE]), _reference(A100_DECODE)
+    worst = 0.0
+    for i, row in enumerate(rows):
+        for col in STAMPS:
+            ref, got = _f(row[col]), float(getattr(res, col)[i])
+            assert math.isnan(ref) == math.isnan(got)
+            if not math.isnan(ref):
+                if float(row["finish"]) < 14.66:
+                    assert got == ref, (i, col)
+                worst = max(worst, abs(got - ref))
+        assert int(row["n_itls"]) == len(res.itls[i])
+    assert 0 < worst < 1e-12
+
+
+def test_a100_decode_run_is_exact_with_the_references_memory_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Diagnosis of the one run that is not bit-exact: if the A100's memory-bound step time is
+    rounded as ``(bytes / 1e12) / (2.039 * 0.8)`` (two roundings) instead of ``bytes / 1.6312e12``
+    every request of the run matches. (H100 runs match only with the single division.)"""
+    a100 = Pool(catalog.load().device("a100"))
+    plain = simpy_oracle.roofline
+
+    def reference_roofline(hf: np.ndarray, flops: float, nbytes: float) -> tuple[float, float, float]:
+        t, e_c, e_m = plain(hf, flops, nbytes)
+        if hf[HF_RB] == a100.byte_rate and flops / hf[HF_RF] < nbytes / hf[HF_RB]:
+            t = (nbytes / 1e12) / (2.039 * 0.8) + hf[HF_OVERHEAD]
+        return t, e_c, e_m
+
+    monkeypatch.setattr(simpy_oracle, "roofline", reference_roofline)
+    _assert_exact(_run(RUNS[A100_DECODE]), A100_DECODE)
+
+
+# ---------------------------------------------------------------------- summary values (§8.5)
+
+
+def _steady(res: OracleResult) -> np.ndarray:
+    done = np.flatnonzero(~np.isnan(res.finish))
+    order = done[np.argsort(res.arrival[done], kind="stable")]
+    return order[math.floor(0.1 * len(order)):]
+
+
+def _p99_variant(x: np.ndarray) -> float:
+    """Percentile by the spec's written formula: x[⌊k⌋] + (x[⌈k⌉] − x[⌊k⌋])·(k − ⌊k⌋)."""
+    x = np.sort(x)
+    k = (len(x) - 1) * 99 / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return float(x[lo] + (x[hi] - x[lo]) * (k - lo))
+
+
+def _summary(res: OracleResult, idle_w: float) -> dict[str, float]:
+    s = _steady(res)
+    ttft = res.first_token[s] - res.arrival[s]
+    multi = s[res.output[s] >= 2]
+    tpot = (res.finish[multi] - res.first_token[multi]) / (res.output[multi] - 1)
+    out_tok = float(res.output[~np.isnan(res.finish)].sum())
+    total = idle_w * res.horizon + sum(res.compute_j) + sum(res.memory_j) + res.link_j + res.transit_j
+    return {
+        "ttft_p99": float(np.percentile(ttft, 99)), "tpot_p99": float(np.percentile(tpot, 99)),
+        "ttft_p99_formula": _p99_variant(ttft), "tpot_p99_formula": _p99_variant(tpot),
+        "tok_s": out_tok / res.horizon, "j_per_token": total / out_tok, "avg_w": total / res.horizon,
+        "link_busy": res.link_busy_s / res.horizon,
+        "link_j_per_req": (res.link_j + res.transit_j) / max(1, res.n_transfers),
+    }
+
+
+# §8.5 full-precision values (TTFT p99, TPOT p99, out tok/s, J/token, avg W, link busy, link J/req).
+SPEC_8_5 = {
+    "s14_gqa_ib-ndr_rate8": (0.3536255769527793, 0.008836510168191468, 1932.9735872212154, 0.3256000575459429,
+                             629.3763112340155, 0.04041942818124964, 0.03228356444159997),
+    "s15_sweep_eth25g_rate14_fp8_transit": (0.6266001783231071, 0.011528352606089014, 3213.0004620863383,
+                                            0.252881189219038, 812.507377813712, 0.5367480125794762,
+                                            0.018294019850239988),
+    "s15_sweep_eth25g_rate14_fp8_endpoint": (0.6317597268537247, 0.011569791607158646, 3212.9959733173873,
+                                             0.2529673719490792, 812.7831474530732, 0.5367347992716031,
+                                             0.016141782220799986),
+    "s10_h100p_a100d": (0.3536255769527793, 0.016807597909327645, 1865.2828970322973, 0.2988953907796793,
+                        557.5244604231208, 0.039003982564859506, 0.03228356444159997),
+    "s10_2xa100p_h100d": (1.0934896494664301, 0.008866545714100551, 1924.7862571308156, 0.4120163300437511,
+                          793.0433697816865, 0.040248227083224904, 0.03228356444159997),
+}
+
+
+@pytest.mark.parametrize("name", list(SPEC_8_5))
+def test_summary_matches_spec_8_5(name: str) -> None:
+    run = RUNS[name]
+    cat = catalog.load()
+    idle = run.n_prefill * cat.device(run.prefill).idle_w + cat.device(run.decode).idle_w
+    got = _summary(_run(run), idle)
+    keys = ("ttft_p99", "tpot_p99", "tok_s", "j_per_token", "avg_w", "link_busy", "link_j_per_req")
+    assert {k: got[k] for k in keys} == dict(zip(keys, SPEC_8_5[name]))
+
+
+def test_base_run_horizon_and_transfers() -> None:
+    res = _run(RUNS["s14_gqa_ib-ndr_rate8"])
+    assert res.horizon == 106.6931288473927
+    assert res.n_transfers == N_REQUESTS
+    assert len(res.busy_s) == 2 and all(0 < b < res.horizon for b in res.busy_s)
+
+
+# -------------------------------------------------------------------------------- colocated
+
+
+def test_colocated_two_h100_matches_spec() -> None:
+    """``--mode colocated`` with 2 H100 instances on the base stream (§6.3, §8.5)."""
+    cat = catalog.load()
+    h100 = Pool(cat.device("h100"))
+    res = run_oracle(_workload(8), model=cat.model("llama3-8b"), prefill_pool=h100, decode_pool=h100,
+                     link=cat.link("ib-ndr"), mode="colocated", n_colocated=2)
+    assert not res.rejected.any() and not np.isnan(res.finish).any()
+    assert np.isnan(res.kv_start).all() and np.isnan(res.kv_ready).all() and res.n_transfers == 0
+    assert (res.decode_start == res.first_token).all()
+    assert [len(x) for x in res.itls] == (res.output - 1).astype(int).tolist()
+    assert len(res.busy_s) == 2
+    got = _summary(res, 2 * h100.idle_w)
+    assert got["ttft_p99"] == 0.2876175257335736
+    assert got["tpot_p99"] == 0.012193672568015434
+    assert got["ttft_p99_formula"] == 0.2876175257335736  # the written formula agrees here too
+    assert got["tpot_p99_formula"] == 0.012193672568015434
+    assert got["tok_s"] == 1936.7517489307202
+    assert got["j_per_token"] == 0.36719705682713294
+    assert got["avg_w"] == 711.1695420121628
