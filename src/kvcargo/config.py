@@ -71,7 +71,7 @@ class SimConfig(BaseModel):
     """Extra catalog TOML files, in order."""
 
     @model_validator(mode="after")
-    def _check(self) -> "SimConfig":
+    def _check(self) -> SimConfig:
         if self.mode == "colocated" and self.kv_compress is not None:
             raise ValueError("KV compression needs a hand-off: use --mode disagg or drop --kv-compress")
         if self.kv_keep is not None and self.kv_compress != "freq-keep-k":
@@ -79,14 +79,14 @@ class SimConfig(BaseModel):
         return self
 
     @classmethod
-    def build(cls, **values: Any) -> "SimConfig":
+    def build(cls, **values: Any) -> SimConfig:
         """Validate ``values``; bad input raises :class:`KvcargoError` with one line naming it."""
         try:
             return cls(**values)
         except ValidationError as exc:
             raise KvcargoError(describe(exc)) from None
 
-    def replace(self, **changes: Any) -> "SimConfig":
+    def replace(self, **changes: Any) -> SimConfig:
         """A copy with some values changed (validated again)."""
         return SimConfig.build(**{**self.model_dump(), **changes})
 

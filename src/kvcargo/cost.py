@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Literal
 
 import numpy as np
@@ -64,7 +64,7 @@ class Shape:
         return prompt_tokens * self.kv_per_token
 
 
-@lru_cache(maxsize=None)
+@cache
 def shape(model: Model) -> Shape:
     """Parameter counts and KV bytes per token of a model."""
     d, kv = model.d_model, model.kv_heads * model.head_dim
@@ -104,11 +104,12 @@ MI_TWO_PMM, MI_TWO_PLAYERS, MI_TWO_VD, MI_TWO_LD, MI_FOUR_LD, MI_LM_LAST, MI_EXP
 # does not simulate MoE models). Kernels stay leaf functions so numba can compile them.
 MF_W_STR, MF_ROW, MF_KV_TOK, MF_W_DENSE, MF_W_EXPERT, MF_TOPK_FRAC, MF_EXPERT_SLOTS = range(7)
 # Float pool (instance) coefficients.
+# HF_RB is the byte rate in units of HF_BW_UNIT bytes (see Device.bw_unit).
 (HF_RF, HF_RB, HF_PJ_FLOP, HF_PJ_BYTE, HF_SPEEDUP, HF_PDYN, HF_DVFS, HF_SMIN, HF_OVERHEAD,
- HF_IDLE, HF_PEAK_FLOPS, HF_PEAK_BW) = range(12)
+ HF_IDLE, HF_PEAK_FLOPS, HF_PEAK_BW, HF_BW_UNIT) = range(13)
 
 
-@lru_cache(maxsize=None)
+@cache
 def model_coefficients(model: Model, lm_head: LmHead = "all") -> tuple[np.ndarray, np.ndarray]:
     """Pack a model into the (int64, float64) arrays the kernels read."""
     s = shape(model)
@@ -172,7 +173,7 @@ def roofline(hf: np.ndarray, flops: float, nbytes: float) -> tuple[float, float,
     s³ + p·s + q = 0 (Cardano, sign-preserving cube roots).
     """
     t_c = flops / hf[HF_RF]
-    t_m = nbytes / hf[HF_RB]
+    t_m = nbytes / hf[HF_BW_UNIT] / hf[HF_RB]
     e_c = flops * hf[HF_PJ_FLOP] * 1e-12 / hf[HF_SPEEDUP]
     e_m = nbytes * hf[HF_PJ_BYTE] * 1e-12
     s = 1.0
@@ -199,7 +200,7 @@ def roofline(hf: np.ndarray, flops: float, nbytes: float) -> tuple[float, float,
 def elementwise_pass(hf: np.ndarray, ops: float, nbytes: float) -> tuple[float, float, float]:
     """Time, compute energy and memory energy of an extra elementwise pass (compressing KV on
     the GPU, §5): ``max(ops/R_F, bytes/R_B)``, no overhead, no cap, no DVFS."""
-    t = max(ops / hf[HF_RF], nbytes / hf[HF_RB])
+    t = max(ops / hf[HF_RF], nbytes / hf[HF_BW_UNIT] / hf[HF_RB])
     return t, ops * hf[HF_PJ_FLOP] * 1e-12, nbytes * hf[HF_PJ_BYTE] * 1e-12
 
 
@@ -267,9 +268,11 @@ class Pool:
 
     def coefficients(self) -> np.ndarray:
         """Pack into the float64 array :func:`roofline` reads."""
-        hf = np.zeros(12, dtype=np.float64)
+        d = self.device
+        hf = np.zeros(13, dtype=np.float64)
         hf[HF_RF] = self.flop_rate
-        hf[HF_RB] = self.byte_rate
+        hf[HF_RB] = d.hbm_bw / d.bw_unit * d.bw_eff * self.n
+        hf[HF_BW_UNIT] = d.bw_unit
         hf[HF_PJ_FLOP] = self.device.pj_per_flop
         hf[HF_PJ_BYTE] = self.device.pj_per_byte
         hf[HF_SPEEDUP] = self.speedup
@@ -331,7 +334,7 @@ class StepCost:
 def _step(pool: Pool, flops: int, nbytes: float) -> StepCost:
     hf = pool.coefficients()
     t, e_c, e_m = roofline(hf, flops, nbytes)
-    t_c, t_m = flops / hf[HF_RF], nbytes / hf[HF_RB]
+    t_c, t_m = flops / pool.flop_rate, nbytes / pool.byte_rate
     if t - hf[HF_OVERHEAD] > max(t_c, t_m) * (1 + 1e-9):
         bound = "power"
     else:

@@ -132,11 +132,11 @@ def summarize(out: EngineOutput) -> dict[str, Any]:
     steady = steady_requests(out)
     n_done = len(done)
     s: dict[str, Any] = {
-        "requests": int(len(pr.arrival)),
+        "requests": len(pr.arrival),
         "completed": n_done,
         "rejected": int(np.count_nonzero(st.status == REJECTED)),
         "horizon_s": H,
-        "steady_requests": int(len(steady)),
+        "steady_requests": len(steady),
     }
     ttft = (st.first_token - pr.arrival)[steady]
     multi = steady[pr.output[steady] >= 2]

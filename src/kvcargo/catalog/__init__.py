@@ -51,7 +51,7 @@ class Model(_Entry):
     notes: str = ""
 
     @model_validator(mode="after")
-    def _check(self) -> "Model":
+    def _check(self) -> Model:
         if self.head_dim is None:
             object.__setattr__(self, "head_dim", self.d_model // self.heads)
         if self.kv_heads > self.heads:
@@ -77,9 +77,13 @@ class Device(_Entry):
     scale_up: str = "nvlink4"
     die_mm2: PositiveFloat | None = None
     price_usd: PositiveFloat | None = None
+    bw_unit: PositiveFloat = 1.0
+    """Unit in which the memory time is evaluated: ``(bytes/unit) / (bw/unit · eff · n)``.
+    Mathematically irrelevant; it fixes the last bit of the result (the reference computes the
+    A100's memory time in TB and TB/s, and kvcargo reproduces that bit for bit)."""
 
     @model_validator(mode="after")
-    def _check(self) -> "Device":
+    def _check(self) -> Device:
         if self.idle_w >= self.tdp_w:
             raise ValueError("idle_w must be below tdp_w")
         return self
@@ -129,7 +133,7 @@ class Catalog:
     def codec(self, key: str) -> Codec:
         return _lookup(self.codecs, "codec", key)
 
-    def extended(self, path: str | Path) -> "Catalog":
+    def extended(self, path: str | Path) -> Catalog:
         """This catalog plus (and overridden by) the entries of a user TOML file."""
         path = Path(path)
         try:

@@ -16,8 +16,24 @@ from kvcargo.cost import model_coefficients, shape
 from kvcargo.engine import _jit
 from kvcargo.engine.loop import run_events
 from kvcargo.engine.state import (
-    F_LINK_BUSY, F_LINK_J, F_NOW, F_TRANSIT_J, I_LINK_FREE, I_NSTEPS, I_XFERS, P_BUDGET, P_CHANNELS,
-    P_COLOCATED, P_ENDPOINT, P_KVCAP, P_MAXBATCH, P_NDECODE, P_NPREFILL, Params, State, new_state,
+    F_LINK_BUSY,
+    F_LINK_J,
+    F_NOW,
+    F_TRANSIT_J,
+    I_LINK_FREE,
+    I_NSTEPS,
+    I_XFERS,
+    P_BUDGET,
+    P_CHANNELS,
+    P_COLOCATED,
+    P_ENDPOINT,
+    P_KVCAP,
+    P_MAXBATCH,
+    P_NDECODE,
+    P_NPREFILL,
+    Params,
+    State,
+    new_state,
 )
 from kvcargo.handoff import Transfers, endpoint_work, transfers
 

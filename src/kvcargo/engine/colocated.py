@@ -14,7 +14,17 @@ from kvcargo.engine.decode import decode_step_begin, decode_step_end, join_batch
 from kvcargo.engine.events import finish_request
 from kvcargo.engine.kernels import prefill_work, roofline
 from kvcargo.engine.state import (
-    BUSY, F_NOW, IDLE, P_BUDGET, P_KVCAP, P_MAXBATCH, S_BUSY, S_BYTES, S_EC, S_EM, S_FLOPS,
+    BUSY,
+    F_NOW,
+    IDLE,
+    P_BUDGET,
+    P_KVCAP,
+    P_MAXBATCH,
+    S_BUSY,
+    S_BYTES,
+    S_EC,
+    S_EM,
+    S_FLOPS,
     S_STEPS,
 )
 

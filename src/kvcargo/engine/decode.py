@@ -16,8 +16,20 @@ from kvcargo.engine._jit import kernel
 from kvcargo.engine.events import finish_request, log_step, schedule
 from kvcargo.engine.kernels import decode_work, roofline
 from kvcargo.engine.state import (
-    BUSY, DECODE_WAKE, F_NOW, IDLE, P_KVCAP, P_MAXBATCH, P_NPREFILL, S_BUSY, S_BYTES, S_EC, S_EM,
-    S_FLOPS, S_STEPS, WAKING,
+    BUSY,
+    DECODE_WAKE,
+    F_NOW,
+    IDLE,
+    P_KVCAP,
+    P_MAXBATCH,
+    P_NPREFILL,
+    S_BUSY,
+    S_BYTES,
+    S_EC,
+    S_EM,
+    S_FLOPS,
+    S_STEPS,
+    WAKING,
 )
 
 

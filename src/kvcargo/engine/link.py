@@ -12,8 +12,17 @@ from kvcargo.engine._jit import kernel
 from kvcargo.engine.decode import decode_submit, route_decode
 from kvcargo.engine.events import schedule
 from kvcargo.engine.state import (
-    F_LINK_BUSY, F_LINK_J, F_NOW, F_TRANSIT_J, GRANT, I_LINK_FREE, I_LQ_HEAD, I_LQ_TAIL, I_XFERS,
-    RELEASE, XFER_DONE,
+    F_LINK_BUSY,
+    F_LINK_J,
+    F_NOW,
+    F_TRANSIT_J,
+    GRANT,
+    I_LINK_FREE,
+    I_LQ_HEAD,
+    I_LQ_TAIL,
+    I_XFERS,
+    RELEASE,
+    XFER_DONE,
 )
 
 

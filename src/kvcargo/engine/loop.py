@@ -18,8 +18,19 @@ from kvcargo.engine.events import next_event_time, reject_request, schedule
 from kvcargo.engine.link import link_done, link_granted, link_trigger
 from kvcargo.engine.prefill import prefill_begin, prefill_done, prefill_submit, route_prefill
 from kvcargo.engine.state import (
-    ARRIVAL, DECODE_DONE, DECODE_WAKE, F_NOW, GRANT, I_STOP, P_COLOCATED, P_KVCAP, P_NDECODE,
-    PREFILL_DONE, PREFILL_WAKE, RELEASE, XFER_DONE,
+    ARRIVAL,
+    DECODE_DONE,
+    DECODE_WAKE,
+    F_NOW,
+    GRANT,
+    I_STOP,
+    P_COLOCATED,
+    P_KVCAP,
+    P_NDECODE,
+    PREFILL_DONE,
+    PREFILL_WAKE,
+    RELEASE,
+    XFER_DONE,
 )
 
 

@@ -12,8 +12,20 @@ from kvcargo.engine.events import finish_request, schedule
 from kvcargo.engine.kernels import elementwise_pass, prefill_work, roofline
 from kvcargo.engine.link import link_request
 from kvcargo.engine.state import (
-    BUSY, F_NOW, IDLE, P_BUDGET, P_ENDPOINT, PREFILL_DONE, PREFILL_WAKE, S_BUSY, S_BYTES, S_EC,
-    S_EM, S_FLOPS, S_STEPS, WAKING,
+    BUSY,
+    F_NOW,
+    IDLE,
+    P_BUDGET,
+    P_ENDPOINT,
+    PREFILL_DONE,
+    PREFILL_WAKE,
+    S_BUSY,
+    S_BYTES,
+    S_EC,
+    S_EM,
+    S_FLOPS,
+    S_STEPS,
+    WAKING,
 )
 
 

@@ -1,6 +1,6 @@
 """Request streams: the seeded generator of the reference and readers for real traces."""
 
-from kvcargo.workload.stream import Workload
 from kvcargo.workload.generator import LengthDist, generate
+from kvcargo.workload.stream import Workload
 
-__all__ = ["Workload", "LengthDist", "generate"]
+__all__ = ["LengthDist", "Workload", "generate"]

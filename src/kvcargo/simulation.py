@@ -1,0 +1,81 @@
+"""The Python API of the simulator: ``simulate(config) -> SimResult``.
+
+>>> from kvcargo import SimConfig, simulate
+>>> r = simulate(SimConfig(link="eth-25g"))
+>>> round(r.summary["tpot_p99"] * 1e3, 1)
+11.6
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvcargo.config import SimConfig, resolve
+from kvcargo.engine.cluster import EngineOutput, run
+from kvcargo.engine.state import REJECTED
+from kvcargo.metrics import summarize
+from kvcargo.workload import Workload
+
+REQUEST_COLUMNS = ("rid", "arrival", "prompt_len", "output_len", "prefill_start", "first_token",
+                   "kv_start", "kv_ready", "decode_start", "finish")
+
+
+class SimResult:
+    """One run: per-request records, per-instance totals and the summary."""
+
+    def __init__(self, output: EngineOutput) -> None:
+        self.output = output
+
+    @property
+    def config(self) -> SimConfig:
+        return self.output.resolved.config
+
+    @cached_property
+    def summary(self) -> dict[str, Any]:
+        """Every metric of the run (SI units); see the README for the keys."""
+        return summarize(self.output)
+
+    def requests(self) -> dict[str, np.ndarray]:
+        """Per-request columns (NaN where a stage does not apply or the request was rejected)."""
+        st, pr = self.output.state, self.output.params
+        return {
+            "rid": np.arange(len(pr.arrival)),
+            "arrival": pr.arrival, "prompt_len": pr.prompt, "output_len": pr.output,
+            "prefill_start": st.prefill_start, "first_token": st.first_token,
+            "kv_start": st.kv_start, "kv_ready": st.kv_ready,
+            "decode_start": st.decode_start, "finish": st.finish,
+            "rejected": st.status == REJECTED,
+        }
+
+    def to_dict(self, with_requests: bool = False) -> dict[str, Any]:
+        """Plain data: the configuration, the summary and (optionally) the request records."""
+        d: dict[str, Any] = {"config": self.config.model_dump(), "summary": self.summary}
+        if with_requests:
+            d["requests"] = {k: v.tolist() for k, v in self.requests().items()}
+        return d
+
+    def write_requests_csv(self, path: str | Path) -> None:
+        """One row per request; empty cells where a stage does not apply; floats as ``repr``."""
+        cols = self.requests()
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(REQUEST_COLUMNS)
+            data = [cols[c].tolist() for c in REQUEST_COLUMNS]
+            for row in zip(*data):
+                w.writerow(["" if isinstance(v, float) and math.isnan(v) else repr(v) if isinstance(v, float) else v
+                            for v in row])
+
+
+def simulate(config: SimConfig | None = None, workload: Workload | None = None, **overrides: Any) -> SimResult:
+    """Run one simulation. ``overrides`` are configuration fields (``rate=12, link="eth-25g"``)."""
+    if config is None:
+        config = SimConfig.build(**overrides)
+    elif overrides:
+        config = config.replace(**overrides)
+    return SimResult(run(resolve(config, workload)))
