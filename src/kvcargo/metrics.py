@@ -77,45 +77,43 @@ def describe_weighted(values: np.ndarray, weights: np.ndarray, prefix: str) -> d
 
 def steady_requests(out: EngineOutput) -> np.ndarray:
     """Completed requests in arrival order, minus the warm-up (the first 10%)."""
-    done = np.nonzero(out.state.status == DONE)[0]
-    by_arrival = done[np.argsort(out.params.arrival[done], kind="stable")]
+    done = np.nonzero(out.status == DONE)[0]
+    by_arrival = done[np.argsort(out.arrival[done], kind="stable")]
     return by_arrival[int(len(by_arrival) * WARMUP_FRACTION):]
 
 
 def stage_times(out: EngineOutput) -> dict[str, np.ndarray]:
     """Per-request stage durations (absent stages are 0); they sum to the end-to-end latency."""
-    st, pr = out.state, out.params
-
+    
     def gap(end: np.ndarray, start: np.ndarray) -> np.ndarray:
         d = end - start
         return np.where(np.isnan(d), 0.0, d)
 
-    landed = np.where(np.isnan(st.kv_ready), st.first_token, st.kv_ready)
+    landed = np.where(np.isnan(out.kv_ready), out.first_token, out.kv_ready)
     return {
-        "prefill_queue": gap(st.prefill_start, pr.arrival),
-        "prefill": gap(st.first_token, st.prefill_start),
-        "kv_wait": gap(st.kv_start, st.first_token),
-        "kv_transfer": gap(st.kv_ready, st.kv_start),
-        "decode_queue": gap(st.decode_start, landed),
-        "decode": gap(st.finish, st.decode_start),
+        "prefill_queue": gap(out.prefill_start, out.arrival),
+        "prefill": gap(out.first_token, out.prefill_start),
+        "kv_wait": gap(out.kv_start, out.first_token),
+        "kv_transfer": gap(out.kv_ready, out.kv_start),
+        "decode_queue": gap(out.decode_start, landed),
+        "decode": gap(out.finish, out.decode_start),
     }
 
 
 def itl_sample(out: EngineOutput, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every token gap after the first token of ``requests``, as (values, multiplicities)."""
-    st, pr = out.state, out.params
-    sel = requests[(pr.output[requests] >= 2) & (st.first_step[requests] >= 0)]
+    sel = requests[(out.output[requests] >= 2) & (out.first_step[requests] >= 0)]
     values, weights = [], []
     inst = out.step_inst[:, 0]
-    for d in np.unique(st.decode_inst[sel]):
+    for d in np.unique(out.decode_inst[sel]):
         ends = out.steps[inst == d, 1]
-        mine = sel[st.decode_inst[sel] == d]
-        k = st.first_step[mine]
-        values.append(ends[k] - st.first_token[mine])  # each request's first gap
+        mine = sel[out.decode_inst[sel] == d]
+        k = out.first_step[mine]
+        values.append(ends[k] - out.first_token[mine])  # each request's first gap
         weights.append(np.ones(len(mine), dtype=np.int64))
         count = np.zeros(len(ends) + 1, dtype=np.int64)  # requests in step k after their first
         np.add.at(count, k + 1, 1)
-        np.add.at(count, k + pr.output[mine] - 1, -1)
+        np.add.at(count, k + out.output[mine] - 1, -1)
         values.append(ends[1:] - ends[:-1])
         weights.append(np.cumsum(count)[1:len(ends)])
     if not values:
@@ -125,34 +123,34 @@ def itl_sample(out: EngineOutput, requests: np.ndarray) -> tuple[np.ndarray, np.
 
 def summarize(out: EngineOutput) -> dict[str, Any]:
     """The run's summary (SI units: seconds, joules, watts, bytes)."""
-    res, st, pr = out.resolved, out.state, out.params
+    res = out.resolved
     cfg = res.config
     H = out.horizon
-    done = np.nonzero(st.status == DONE)[0]
+    done = np.nonzero(out.status == DONE)[0]
     steady = steady_requests(out)
     n_done = len(done)
     s: dict[str, Any] = {
-        "requests": len(pr.arrival),
+        "requests": len(out.arrival),
         "completed": n_done,
-        "rejected": int(np.count_nonzero(st.status == REJECTED)),
+        "rejected": int(np.count_nonzero(out.status == REJECTED)),
         "horizon_s": H,
         "steady_requests": len(steady),
     }
-    ttft = (st.first_token - pr.arrival)[steady]
-    multi = steady[pr.output[steady] >= 2]
-    tpot_all = np.full(len(pr.arrival), np.nan)
-    ok = pr.output >= 2
-    tpot_all[ok] = (st.finish[ok] - st.first_token[ok]) / (pr.output[ok] - 1)
-    e2e = (st.finish - pr.arrival)[steady]
+    ttft = (out.first_token - out.arrival)[steady]
+    multi = steady[out.output[steady] >= 2]
+    tpot_all = np.full(len(out.arrival), np.nan)
+    ok = out.output >= 2
+    tpot_all[ok] = (out.finish[ok] - out.first_token[ok]) / (out.output[ok] - 1)
+    e2e = (out.finish - out.arrival)[steady]
     s |= describe(ttft, "ttft") | describe(tpot_all[multi], "tpot")
     s |= describe_weighted(*itl_sample(out, steady), "itl") | describe(e2e, "e2e")
-    xfer = ~np.isnan(st.kv_ready)
-    s |= describe((st.kv_ready - st.first_token)[xfer], "handoff")
+    xfer = ~np.isnan(out.kv_ready)
+    s |= describe((out.kv_ready - out.first_token)[xfer], "handoff")
 
-    tpot_ok = np.where(pr.output[steady] >= 2, tpot_all[steady] <= cfg.tpot_slo, True)
+    tpot_ok = np.where(out.output[steady] >= 2, tpot_all[steady] <= cfg.tpot_slo, True)
     met = int(np.count_nonzero((ttft <= cfg.ttft_slo) & tpot_ok))
-    window = float(pr.arrival[steady].max() - pr.arrival[steady].min()) if len(steady) > 1 else 0.0
-    out_tokens = int(pr.output[done].sum())
+    window = float(out.arrival[steady].max() - out.arrival[steady].min()) if len(steady) > 1 else 0.0
+    out_tokens = int(out.output[done].sum())
     s |= {
         "slo_met": met,
         "slo_attainment": met / len(steady) if len(steady) else math.nan,
@@ -167,9 +165,9 @@ def summarize(out: EngineOutput) -> dict[str, Any]:
     s["instances"] = _instances(out)
     s |= _hotspot(s)
     s |= _cost(out, s["output_tok_per_s"])
-    s["littles_population"] = float(np.sum(st.finish[done] - pr.arrival[done])) / H if H > 0 else math.nan
+    s["littles_population"] = float(np.sum(out.finish[done] - out.arrival[done])) / H if H > 0 else math.nan
     s["littles_expected"] = s["req_per_s"] * (
-        math.fsum((st.finish[done] - pr.arrival[done]).tolist()) / n_done if n_done else math.nan)
+        math.fsum((out.finish[done] - out.arrival[done]).tolist()) / n_done if n_done else math.nan)
     return s
 
 
@@ -177,7 +175,7 @@ def _stages(out: EngineOutput, steady: np.ndarray) -> dict[str, float]:
     stages = stage_times(out)
     means = {k: math.fsum(v[steady].tolist()) / len(steady) if len(steady) else math.nan
              for k, v in stages.items()}
-    e2e = math.fsum((out.state.finish - out.params.arrival)[steady].tolist()) / len(steady) if len(steady) else math.nan
+    e2e = math.fsum((out.finish - out.arrival)[steady].tolist()) / len(steady) if len(steady) else math.nan
     s: dict[str, float] = {}
     for k in STAGES:
         s[f"stage_{k}_s"] = means[k]
@@ -187,13 +185,13 @@ def _stages(out: EngineOutput, steady: np.ndarray) -> dict[str, float]:
 
 
 def _link(out: EngineOutput) -> dict[str, Any]:
-    res, st = out.resolved, out.state
+    res = out.resolved
     H = out.horizon
     if res.colocated:
         return {"transfers": 0, "link_busy": 0.0, "link_bytes": 0.0, "link_gbps": 0.0,
                 "link_mean_wait_s": 0.0, "link_j": 0.0, "transit_j": 0.0, "link_j_per_request": 0.0,
                 "transit_bound_share": 0.0}
-    moved = ~np.isnan(st.kv_start)
+    moved = ~np.isnan(out.kv_start)
     wire = out.wire_bytes[moved]
     n = out.transfers
     return {
@@ -201,7 +199,7 @@ def _link(out: EngineOutput) -> dict[str, Any]:
         "link_busy": out.link_busy_s / (res.channels * H) if H > 0 else math.nan,
         "link_bytes": float(wire.sum()),
         "link_gbps": float(wire.sum()) / H / 1e9 if H > 0 else math.nan,
-        "link_mean_wait_s": float(np.sum((st.kv_start - st.first_token)[moved])) / n if n else 0.0,
+        "link_mean_wait_s": float(np.sum((out.kv_start - out.first_token)[moved])) / n if n else 0.0,
         "link_j": out.link_j,
         "transit_j": out.transit_j,
         "link_j_per_request": (out.link_j + out.transit_j) / max(1, n),
@@ -220,7 +218,7 @@ def _pools(out: EngineOutput) -> list[tuple[str, Any]]:
 
 def _energy(out: EngineOutput, out_tokens: int) -> dict[str, float]:
     H = out.horizon
-    stats = out.state.stats
+    stats = out.stats
     static = sum(pool.idle_w * H for _, pool in _pools(out))
     compute = float(stats[:, S_EC].sum())
     memory = float(stats[:, S_EM].sum())
@@ -243,10 +241,10 @@ def _instances(out: EngineOutput) -> list[dict[str, Any]]:
     rows = []
     n_pre = out.resolved.n_prefill
     for i, (name, pool) in enumerate(_pools(out)):
-        row = out.state.stats[i]
+        row = out.stats[i]
         steps = int(row[S_STEPS])
         if name.startswith("prefill"):
-            served = int(np.count_nonzero(out.state.prefill_inst == i))
+            served = int(np.count_nonzero(out.prefill_inst == i))
             mean_batch = served / steps if steps else 0.0
         else:
             batches = out.step_inst[out.step_inst[:, 0] == i - n_pre, 1]

@@ -43,14 +43,14 @@ class SimResult:
 
     def requests(self) -> dict[str, np.ndarray]:
         """Per-request columns (NaN where a stage does not apply or the request was rejected)."""
-        st, pr = self.output.state, self.output.params
+        o = self.output
         return {
-            "rid": np.arange(len(pr.arrival)),
-            "arrival": pr.arrival, "prompt_len": pr.prompt, "output_len": pr.output,
-            "prefill_start": st.prefill_start, "first_token": st.first_token,
-            "kv_start": st.kv_start, "kv_ready": st.kv_ready,
-            "decode_start": st.decode_start, "finish": st.finish,
-            "rejected": st.status == REJECTED,
+            "rid": np.arange(len(o.arrival)),
+            "arrival": o.arrival, "prompt_len": o.prompt, "output_len": o.output,
+            "prefill_start": o.prefill_start, "first_token": o.first_token,
+            "kv_start": o.kv_start, "kv_ready": o.kv_ready,
+            "decode_start": o.decode_start, "finish": o.finish,
+            "rejected": o.status == REJECTED,
         }
 
     def to_dict(self, with_requests: bool = False) -> dict[str, Any]:

@@ -9,17 +9,32 @@ transfer. Queues, routing and decode steps are the decode instances' (:mod:`.dec
 
 from __future__ import annotations
 
-from kvcargo.engine._jit import kernel
+from kvcargo._jit import kernel
 from kvcargo.engine.decode import decode_step_begin, decode_step_end, join_batch
 from kvcargo.engine.events import finish_request
 from kvcargo.engine.kernels import prefill_work, roofline
 from kvcargo.engine.state import (
     BUSY,
+    D_HEAD,
+    D_IS_PREFILL,
+    D_KV_USED,
+    D_QUEUED,
+    D_RUNNING,
+    D_STATE,
+    D_TAIL,
     F_NOW,
+    FIRST_TOKEN,
     IDLE,
+    OUTPUT,
+    P_BATCH,
+    P_BATCH_N,
     P_BUDGET,
     P_KVCAP,
     P_MAXBATCH,
+    PREFILL_START,
+    PROMPT,
+    QNEXT,
+    QUAD,
     S_BUSY,
     S_BYTES,
     S_EC,
@@ -30,67 +45,66 @@ from kvcargo.engine.state import (
 
 
 @kernel
-def colocated_begin(st, pr, c, fin):
+def colocated_begin(st, pr, c):
     """At a step boundary: a prefill step if any prompt is admitted, else a decode step, else
     sleep. Returns the step's end time, or -1 when the instance sleeps."""
     now = st.f[F_NOW]
-    r = st.d_head[c]
+    r = st.d[c, D_HEAD]
     cap = pr.ints[P_KVCAP]
     budget = pr.ints[P_BUDGET]
     max_batch = pr.ints[P_MAXBATCH]
     tokens = 0
     quad = 0
     n = 0
-    st.p_batch[c] = r
-    while r >= 0 and st.d_running[c] + n < max_batch and (n == 0 or tokens + pr.prompt[r] <= budget):
-        need = pr.prompt[r] + pr.output[r]
-        if st.d_kv_used[c] + need > cap:
+    st.p[c, P_BATCH] = r
+    while r >= 0 and st.d[c, D_RUNNING] + n < max_batch and (n == 0 or tokens + pr.ri[r, PROMPT] <= budget):
+        need = pr.ri[r, PROMPT] + pr.ri[r, OUTPUT]
+        if st.d[c, D_KV_USED] + need > cap:
             break
-        st.d_kv_used[c] += need
-        tokens += pr.prompt[r]
-        quad += pr.quad[r]
+        st.d[c, D_KV_USED] += need
+        tokens += pr.ri[r, PROMPT]
+        quad += pr.ri[r, QUAD]
         n += 1
-        st.prefill_start[r] = now
-        r = st.qnext[r]
-    if n > 0:
-        st.d_head[c] = r
-        if r < 0:
-            st.d_tail[c] = -1
-        st.d_queued[c] -= n
-        st.p_batch_n[c] = n
-        flops, nbytes = prefill_work(pr.mi, pr.mf, tokens, quad, n)
-        dt, e_c, e_m = roofline(pr.hf_prefill, flops, nbytes)
-        row = st.stats[c]
-        row[S_BUSY] += dt
-        row[S_FLOPS] += flops
-        row[S_BYTES] += nbytes
-        row[S_EC] += e_c
-        row[S_EM] += e_m
-        row[S_STEPS] += 1
-        st.d_state[c] = BUSY
-        st.d_is_prefill[c] = 1
-        return now + dt
-    st.d_is_prefill[c] = 0
-    if st.d_running[c] == 0:
-        st.d_state[c] = IDLE
-        return -1.0
-    return decode_step_begin(st, pr, c)
+        st.t[r, PREFILL_START] = now
+        r = st.r[r, QNEXT]
+    if n == 0:
+        st.d[c, D_IS_PREFILL] = 0
+        if st.d[c, D_RUNNING] == 0:
+            st.d[c, D_STATE] = IDLE
+            return -1.0
+        return decode_step_begin(st, pr, c)
+    st.d[c, D_HEAD] = r
+    if r < 0:
+        st.d[c, D_TAIL] = -1
+    st.d[c, D_QUEUED] -= n
+    st.p[c, P_BATCH_N] = n
+    flops, nbytes = prefill_work(pr.mi, pr.mf, tokens, quad, n)
+    dt, e_c, e_m = roofline(pr.hf[0], flops, nbytes)
+    st.stats[c, S_BUSY] += dt
+    st.stats[c, S_FLOPS] += flops
+    st.stats[c, S_BYTES] += nbytes
+    st.stats[c, S_EC] += e_c
+    st.stats[c, S_EM] += e_m
+    st.stats[c, S_STEPS] += 1
+    st.d[c, D_STATE] = BUSY
+    st.d[c, D_IS_PREFILL] = 1
+    return now + dt
 
 
 @kernel
-def colocated_end(st, pr, c, fin, logf, logi):
+def colocated_end(st, pr, c):
     """End of a step: after a prefill the batch gets its first token and starts decoding."""
-    if st.d_is_prefill[c] == 0:
-        decode_step_end(st, pr, c, fin, logf, logi)
+    if st.d[c, D_IS_PREFILL] == 0:
+        decode_step_end(st, pr, c)
         return
     now = st.f[F_NOW]
-    r = st.p_batch[c]
-    for _ in range(st.p_batch_n[c]):
-        nxt = st.qnext[r]
-        st.first_token[r] = now
-        if pr.output[r] <= 1:
-            st.d_kv_used[c] -= pr.prompt[r] + pr.output[r]
-            finish_request(st, pr, r)
+    r = st.p[c, P_BATCH]
+    for _ in range(st.p[c, P_BATCH_N]):
+        nxt = st.r[r, QNEXT]
+        st.t[r, FIRST_TOKEN] = now
+        if pr.ri[r, OUTPUT] <= 1:
+            st.d[c, D_KV_USED] -= pr.ri[r, PROMPT] + pr.ri[r, OUTPUT]
+            finish_request(st, r)
         else:
-            join_batch(st, pr, c, fin, r)
+            join_batch(st, pr, c, r)
         r = nxt

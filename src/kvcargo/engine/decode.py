@@ -10,36 +10,51 @@ step costs O(1) plus O(log n) per finishing request — never a loop over the ba
 
 from __future__ import annotations
 
-import heapq
-
-from kvcargo.engine._jit import kernel
+from kvcargo._jit import kernel
 from kvcargo.engine.events import finish_request, log_step, schedule
+from kvcargo.engine.finheap import heap_pop, heap_push
 from kvcargo.engine.kernels import decode_work, roofline
 from kvcargo.engine.state import (
     BUSY,
+    D_CONTEXT,
+    D_FIN_N,
+    D_HEAD,
+    D_KV_USED,
+    D_QUEUED,
+    D_RUNNING,
+    D_STATE,
+    D_STEPS,
+    D_TAIL,
+    DECODE_INST,
+    DECODE_START,
     DECODE_WAKE,
     F_NOW,
+    FIRST_STEP,
     IDLE,
+    OUTPUT,
     P_KVCAP,
     P_MAXBATCH,
     P_NPREFILL,
+    PROMPT,
+    QNEXT,
     S_BUSY,
     S_BYTES,
     S_EC,
     S_EM,
     S_FLOPS,
+    S_STEP_START,
     S_STEPS,
     WAKING,
 )
 
 
-@kernel
+@kernel(inline=True)
 def route_decode(st):
     """The instance with the fewest queued + running requests (ties: lowest index)."""
     best = 0
-    best_load = st.d_queued[0] + st.d_running[0]
-    for d in range(1, st.d_queued.shape[0]):
-        load = st.d_queued[d] + st.d_running[d]
+    best_load = st.d[0, D_QUEUED] + st.d[0, D_RUNNING]
+    for d in range(1, st.d.shape[0]):
+        load = st.d[d, D_QUEUED] + st.d[d, D_RUNNING]
         if load < best_load:
             best = d
             best_load = load
@@ -47,92 +62,91 @@ def route_decode(st):
 
 
 @kernel
-def decode_submit(heap, st, pr, d, r):
+def decode_submit(st, d, r):
     """Queue a request at instance ``d``, waking it if it sleeps."""
-    st.qnext[r] = -1
-    if st.d_tail[d] < 0:
-        st.d_head[d] = r
+    st.r[r, QNEXT] = -1
+    if st.d[d, D_TAIL] < 0:
+        st.d[d, D_HEAD] = r
     else:
-        st.qnext[st.d_tail[d]] = r
-    st.d_tail[d] = r
-    st.d_queued[d] += 1
-    st.decode_inst[r] = d
-    if st.d_state[d] == IDLE:
-        st.d_state[d] = WAKING
-        schedule(heap, st, st.f[F_NOW], DECODE_WAKE, d)
+        st.r[st.d[d, D_TAIL], QNEXT] = r
+    st.d[d, D_TAIL] = r
+    st.d[d, D_QUEUED] += 1
+    st.r[r, DECODE_INST] = d
+    if st.d[d, D_STATE] == IDLE:
+        st.d[d, D_STATE] = WAKING
+        schedule(st, st.f[F_NOW], DECODE_WAKE, d)
 
 
-@kernel
-def join_batch(st, pr, d, fin, r):
+@kernel(inline=True)
+def join_batch(st, pr, d, r):
     """A request starts decoding on instance ``d`` with its first token already out."""
-    st.d_running[d] += 1
-    st.d_context[d] += pr.prompt[r] + 1
-    st.decode_start[r] = st.f[F_NOW]
-    st.first_step[r] = st.d_steps[d]
-    heapq.heappush(fin[d], (st.d_steps[d] + pr.output[r] - 2, r))
+    st.d[d, D_RUNNING] += 1
+    st.d[d, D_CONTEXT] += pr.ri[r, PROMPT] + 1
+    st.t[r, DECODE_START] = st.f[F_NOW]
+    st.r[r, FIRST_STEP] = st.d[d, D_STEPS]
+    heap_push(st.fin, st.d, d, st.d[d, D_STEPS] + pr.ri[r, OUTPUT] - 2, r)
 
 
 @kernel
-def decode_admit(st, pr, d, fin):
+def decode_admit(st, pr, d):
     """Admit from the queue head while the batch has room and the KV fits (strict FIFO)."""
-    r = st.d_head[d]
+    r = st.d[d, D_HEAD]
     cap = pr.ints[P_KVCAP]
     max_batch = pr.ints[P_MAXBATCH]
-    while r >= 0 and st.d_running[d] < max_batch:
-        need = pr.prompt[r] + pr.output[r]
-        if st.d_kv_used[d] + need > cap:
+    while r >= 0 and st.d[d, D_RUNNING] < max_batch:
+        need = pr.ri[r, PROMPT] + pr.ri[r, OUTPUT]
+        if st.d[d, D_KV_USED] + need > cap:
             break
-        st.d_kv_used[d] += need
-        st.d_queued[d] -= 1
-        join_batch(st, pr, d, fin, r)
-        r = st.qnext[r]
-    st.d_head[d] = r
+        st.d[d, D_KV_USED] += need
+        st.d[d, D_QUEUED] -= 1
+        join_batch(st, pr, d, r)
+        r = st.r[r, QNEXT]
+    st.d[d, D_HEAD] = r
     if r < 0:
-        st.d_tail[d] = -1
+        st.d[d, D_TAIL] = -1
 
 
 @kernel
 def decode_step_begin(st, pr, d):
     """Start one decode step over the running batch; returns its end time."""
     now = st.f[F_NOW]
-    batch = st.d_running[d]
-    flops, nbytes = decode_work(pr.mi, pr.mf, batch, st.d_context[d])
-    dt, e_c, e_m = roofline(pr.hf_decode, flops, nbytes)
-    row = st.stats[pr.ints[P_NPREFILL] + d]
-    row[S_BUSY] += dt
-    row[S_FLOPS] += flops
-    row[S_BYTES] += nbytes
-    row[S_EC] += e_c
-    row[S_EM] += e_m
-    row[S_STEPS] += 1
-    st.d_state[d] = BUSY
-    st.d_step_start[d] = now
+    batch = st.d[d, D_RUNNING]
+    flops, nbytes = decode_work(pr.mi, pr.mf, batch, st.d[d, D_CONTEXT])
+    dt, e_c, e_m = roofline(pr.hf[1], flops, nbytes)
+    row = pr.ints[P_NPREFILL] + d
+    st.stats[row, S_BUSY] += dt
+    st.stats[row, S_FLOPS] += flops
+    st.stats[row, S_BYTES] += nbytes
+    st.stats[row, S_EC] += e_c
+    st.stats[row, S_EM] += e_m
+    st.stats[row, S_STEPS] += 1
+    st.stats[row, S_STEP_START] = now
+    st.d[d, D_STATE] = BUSY
     return now + dt
 
 
 @kernel
-def decode_step_end(st, pr, d, fin, logf, logi):
+def decode_step_end(st, pr, d):
     """Every running sequence got a token; finish those that reached their output length."""
-    k = st.d_steps[d]
-    batch = st.d_running[d]
-    log_step(st, logf, logi, d, st.d_step_start[d], st.f[F_NOW], batch)
-    st.d_steps[d] = k + 1
-    st.d_context[d] += batch
-    h = fin[d]
-    while len(h) > 0 and h[0][0] == k:
-        r = heapq.heappop(h)[1]
-        need = pr.prompt[r] + pr.output[r]
-        st.d_running[d] -= 1
-        st.d_context[d] -= need
-        st.d_kv_used[d] -= need
-        finish_request(st, pr, r)
+    k = st.d[d, D_STEPS]
+    batch = st.d[d, D_RUNNING]
+    log_step(st, d, st.stats[pr.ints[P_NPREFILL] + d, S_STEP_START], st.f[F_NOW], batch)
+    st.d[d, D_STEPS] = k + 1
+    st.d[d, D_CONTEXT] += batch
+    while st.d[d, D_FIN_N] > 0 and st.fin[d, 0, 0] == k:
+        r = heap_pop(st.fin, st.d, d)
+        need = pr.ri[r, PROMPT] + pr.ri[r, OUTPUT]
+        st.d[d, D_RUNNING] -= 1
+        st.d[d, D_CONTEXT] -= need
+        st.d[d, D_KV_USED] -= need
+        finish_request(st, r)
 
 
 @kernel
-def decode_begin(st, pr, d, fin):
+def decode_begin(st, pr, d):
     """At a step boundary: admit, then start a step (returns its end) or sleep (returns -1)."""
-    decode_admit(st, pr, d, fin)
-    if st.d_running[d] == 0:
-        st.d_state[d] = IDLE
+    decode_admit(st, pr, d)
+    if st.d[d, D_RUNNING] == 0:
+        st.d[d, D_STATE] = IDLE
         return -1.0
     return decode_step_begin(st, pr, d)

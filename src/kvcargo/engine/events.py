@@ -1,75 +1,125 @@
-"""Primitives every handler uses: scheduling events, settling requests, logging steps.
+"""Primitives every handler uses: the event heap, settling requests, logging steps.
 
-The heap holds (time, sequence, kind, index) tuples. Ties at the same time are broken by the
-order events were scheduled, exactly as SimPy does for the reference simulator, so zero-delay
-chains (a submit waking an idle instance, a released link channel granted to the next transfer)
-resolve in the same order.
+Pending events live in a binary heap of plain arrays ordered by (time, sequence). Ties at the
+same time are broken by the order events were scheduled, exactly as SimPy does for the
+reference simulator, so zero-delay chains (a submit waking an idle instance, a released link
+channel granted to the next transfer) resolve in the same order.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 
-import numpy as np
+from kvcargo._jit import kernel
+from kvcargo.engine.state import (
+    DONE,
+    EV_IDX,
+    EV_KIND,
+    EV_SEQ,
+    F_NOW,
+    FINISH,
+    I_DONE,
+    I_NEV,
+    I_NSTEPS,
+    I_REJ,
+    I_SEQ,
+    I_STOP,
+    REJECTED,
+    STATUS,
+)
 
-from kvcargo.engine._jit import kernel
-from kvcargo.engine.state import DONE, F_NOW, I_DONE, I_NSTEPS, I_REJ, I_SEQ, I_STOP, REJECTED
+
+@kernel(inline=True)
+def _earlier(st, a, t, seq):
+    """Whether event slot ``a`` orders before an event (t, seq)."""
+    return st.evt[a] < t or (st.evt[a] == t and st.evi[a, EV_SEQ] < seq)
 
 
-@kernel
-def schedule(heap, st, t, kind, idx):
+@kernel(inline=True)
+def _put(st, slot, t, seq, kind, idx):
+    st.evt[slot] = t
+    st.evi[slot, EV_SEQ] = seq
+    st.evi[slot, EV_KIND] = kind
+    st.evi[slot, EV_IDX] = idx
+
+
+@kernel(inline=True)
+def schedule(st, t, kind, idx):
     """Put an event on the heap; later-scheduled events at the same time run later."""
     seq = st.i[I_SEQ]
     st.i[I_SEQ] = seq + 1
-    heapq.heappush(heap, (t, seq, kind, idx))
+    i = st.i[I_NEV]
+    st.i[I_NEV] = i + 1
+    while i > 0:
+        parent = (i - 1) >> 1
+        if _earlier(st, parent, t, seq):
+            break
+        _put(st, i, st.evt[parent], st.evi[parent, EV_SEQ], st.evi[parent, EV_KIND], st.evi[parent, EV_IDX])
+        i = parent
+    _put(st, i, t, seq, kind, idx)
 
 
-@kernel
-def next_event_time(heap):
+@kernel(inline=True)
+def pop_event(st):
+    """Remove the earliest event; returns its (time, kind, index)."""
+    t, kind, idx = st.evt[0], st.evi[0, EV_KIND], st.evi[0, EV_IDX]
+    n = st.i[I_NEV] - 1
+    st.i[I_NEV] = n
+    lt, lseq, lkind, lidx = st.evt[n], st.evi[n, EV_SEQ], st.evi[n, EV_KIND], st.evi[n, EV_IDX]
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and _earlier(st, child + 1, st.evt[child], st.evi[child, EV_SEQ]):
+            child += 1
+        if not _earlier(st, child, lt, lseq):
+            break
+        _put(st, i, st.evt[child], st.evi[child, EV_SEQ], st.evi[child, EV_KIND], st.evi[child, EV_IDX])
+        i = child
+    _put(st, i, lt, lseq, lkind, lidx)
+    return t, kind, idx
+
+
+@kernel(inline=True)
+def next_event_time(st):
     """Time of the earliest pending event (infinity when none)."""
-    if len(heap) == 0:
+    if st.i[I_NEV] == 0:
         return math.inf
-    return heap[0][0]
+    return st.evt[0]
 
 
-@kernel
-def finish_request(st, pr, r):
+@kernel(inline=True)
+def log_full(st):
+    """Whether the step log has no room for another step (the engine then pauses)."""
+    return st.i[I_NSTEPS] >= st.logf.shape[0]
+
+
+@kernel(inline=True)
+def finish_request(st, r):
     """A request has produced its last token; the run ends when every request is settled."""
-    st.finish[r] = st.f[F_NOW]
-    st.status[r] = DONE
+    st.t[r, FINISH] = st.f[F_NOW]
+    st.r[r, STATUS] = DONE
     st.i[I_DONE] += 1
-    _check_settled(st, pr)
-
-
-@kernel
-def reject_request(st, pr, r):
-    """A request whose KV can never fit a decode instance is turned away on arrival."""
-    st.status[r] = REJECTED
-    st.i[I_REJ] += 1
-    _check_settled(st, pr)
-
-
-@kernel
-def _check_settled(st, pr):
-    if st.i[I_DONE] + st.i[I_REJ] == pr.arrival.shape[0]:
+    if st.i[I_DONE] + st.i[I_REJ] == st.r.shape[0]:
         st.i[I_STOP] = 1
 
 
-@kernel
-def log_step(st, logf, logi, inst, start, end, batch):
-    """Append a decode step to the step log (grown by doubling)."""
+@kernel(inline=True)
+def reject_request(st, r):
+    """A request whose KV can never fit a decode instance is turned away on arrival."""
+    st.r[r, STATUS] = REJECTED
+    st.i[I_REJ] += 1
+    if st.i[I_DONE] + st.i[I_REJ] == st.r.shape[0]:
+        st.i[I_STOP] = 1
+
+
+@kernel(inline=True)
+def log_step(st, inst, start, end, batch):
+    """Append a decode step to the step log (the caller made sure there is room)."""
     k = st.i[I_NSTEPS]
-    cap = logf[0].shape[0]
-    if k == cap:
-        bigger_f = np.empty((2 * cap, 2))
-        bigger_f[:cap] = logf[0]
-        logf[0] = bigger_f
-        bigger_i = np.empty((2 * cap, 2), dtype=np.int64)
-        bigger_i[:cap] = logi[0]
-        logi[0] = bigger_i
-    logf[0][k, 0] = start
-    logf[0][k, 1] = end
-    logi[0][k, 0] = inst
-    logi[0][k, 1] = batch
+    st.logf[k, 0] = start
+    st.logf[k, 1] = end
+    st.logi[k, 0] = inst
+    st.logi[k, 1] = batch
     st.i[I_NSTEPS] = k + 1

@@ -5,9 +5,9 @@ arrays it was given and gets back times and energies.
 """
 
 from kvcargo import cost
-from kvcargo.engine._jit import kernel
+from kvcargo._jit import kernel
 
-prefill_work = kernel(cost.prefill_work)
-decode_work = kernel(cost.decode_work)
-roofline = kernel(cost.roofline)
-elementwise_pass = kernel(cost.elementwise_pass)
+prefill_work = kernel(cost.prefill_work, inline=True)
+decode_work = kernel(cost.decode_work, inline=True)
+roofline = kernel(cost.roofline, inline=True)
+elementwise_pass = kernel(cost.elementwise_pass, inline=True)

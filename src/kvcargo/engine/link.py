@@ -8,7 +8,7 @@ landed, the request goes to the decode instance with the fewest queued + running
 
 from __future__ import annotations
 
-from kvcargo.engine._jit import kernel
+from kvcargo._jit import kernel
 from kvcargo.engine.decode import decode_submit, route_decode
 from kvcargo.engine.events import schedule
 from kvcargo.engine.state import (
@@ -21,51 +21,57 @@ from kvcargo.engine.state import (
     I_LQ_HEAD,
     I_LQ_TAIL,
     I_XFERS,
+    KV_READY,
+    KV_START,
+    QNEXT,
     RELEASE,
+    TRANSIT_J,
     XFER_DONE,
+    XFER_J,
+    XFER_TIME,
 )
 
 
 @kernel
-def link_request(heap, st, pr, r):
+def link_request(st, r):
     """Join the FIFO of transfers waiting for a channel."""
-    st.qnext[r] = -1
+    st.r[r, QNEXT] = -1
     if st.i[I_LQ_TAIL] < 0:
         st.i[I_LQ_HEAD] = r
     else:
-        st.qnext[st.i[I_LQ_TAIL]] = r
+        st.r[st.i[I_LQ_TAIL], QNEXT] = r
     st.i[I_LQ_TAIL] = r
-    link_trigger(heap, st)
+    link_trigger(st)
 
 
 @kernel
-def link_trigger(heap, st):
+def link_trigger(st):
     """Grant a free channel to the head of the FIFO (at most one grant per trigger, as SimPy)."""
     r = st.i[I_LQ_HEAD]
     if r >= 0 and st.i[I_LINK_FREE] > 0:
         st.i[I_LINK_FREE] -= 1
-        st.i[I_LQ_HEAD] = st.qnext[r]
-        if st.qnext[r] < 0:
+        st.i[I_LQ_HEAD] = st.r[r, QNEXT]
+        if st.r[r, QNEXT] < 0:
             st.i[I_LQ_TAIL] = -1
-        schedule(heap, st, st.f[F_NOW], GRANT, r)
+        schedule(st, st.f[F_NOW], GRANT, r)
 
 
 @kernel
-def link_granted(heap, st, pr, r):
+def link_granted(st, pr, r):
     """The transfer starts now and holds its channel for its duration."""
     now = st.f[F_NOW]
-    st.kv_start[r] = now
+    st.t[r, KV_START] = now
     st.i[I_XFERS] += 1
-    schedule(heap, st, now + pr.xfer_time[r], XFER_DONE, r)
+    schedule(st, now + pr.rf[r, XFER_TIME], XFER_DONE, r)
 
 
 @kernel
-def link_done(heap, st, pr, r):
+def link_done(st, pr, r):
     """The KV has landed: free the channel, account the transfer, hand the request to decode."""
     st.i[I_LINK_FREE] += 1
-    schedule(heap, st, st.f[F_NOW], RELEASE, -1)
-    st.f[F_LINK_BUSY] += pr.xfer_time[r]
-    st.f[F_LINK_J] += pr.xfer_j[r]
-    st.f[F_TRANSIT_J] += pr.transit_j[r]
-    st.kv_ready[r] = st.f[F_NOW]
-    decode_submit(heap, st, pr, route_decode(st), r)
+    schedule(st, st.f[F_NOW], RELEASE, -1)
+    st.f[F_LINK_BUSY] += pr.rf[r, XFER_TIME]
+    st.f[F_LINK_J] += pr.rf[r, XFER_J]
+    st.f[F_TRANSIT_J] += pr.rf[r, TRANSIT_J]
+    st.t[r, KV_READY] = st.f[F_NOW]
+    decode_submit(st, route_decode(st), r)

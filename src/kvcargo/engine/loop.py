@@ -9,103 +9,105 @@ steps are spent.
 
 from __future__ import annotations
 
-import heapq
-
-from kvcargo.engine._jit import kernel
+from kvcargo._jit import kernel
 from kvcargo.engine.colocated import colocated_begin, colocated_end
 from kvcargo.engine.decode import decode_begin, decode_step_end, decode_submit, route_decode
-from kvcargo.engine.events import next_event_time, reject_request, schedule
+from kvcargo.engine.events import log_full, next_event_time, pop_event, reject_request, schedule
 from kvcargo.engine.link import link_done, link_granted, link_trigger
 from kvcargo.engine.prefill import prefill_begin, prefill_done, prefill_submit, route_prefill
 from kvcargo.engine.state import (
     ARRIVAL,
+    ARRIVAL_T,
     DECODE_DONE,
     DECODE_WAKE,
     F_NOW,
     GRANT,
+    I_NEV,
+    I_SEQ,
     I_STOP,
+    OUTPUT,
     P_COLOCATED,
     P_KVCAP,
-    P_NDECODE,
     PREFILL_DONE,
     PREFILL_WAKE,
+    PROMPT,
     RELEASE,
     XFER_DONE,
 )
 
 
 @kernel
-def arrive(heap, st, pr, r):
+def arrive(st, pr, r):
     """Request ``r`` arrives: reject it if its KV can never fit, else queue it; then the arrival
     process waits for the next request (``max(0, arrival - now)``, as the reference)."""
-    if pr.prompt[r] + pr.output[r] > pr.ints[P_KVCAP]:
-        reject_request(st, pr, r)
+    if pr.ri[r, PROMPT] + pr.ri[r, OUTPUT] > pr.ints[P_KVCAP]:
+        reject_request(st, r)
     elif pr.ints[P_COLOCATED]:
-        decode_submit(heap, st, pr, route_decode(st), r)
+        decode_submit(st, route_decode(st), r)
     else:
-        prefill_submit(heap, st, pr, route_prefill(st), r)
-    if r + 1 < pr.arrival.shape[0]:
+        prefill_submit(st, pr, route_prefill(st), r)
+    if r + 1 < pr.rf.shape[0]:
         now = st.f[F_NOW]
-        schedule(heap, st, now + max(0.0, pr.arrival[r + 1] - now), ARRIVAL, r + 1)
+        schedule(st, now + max(0.0, pr.rf[r + 1, ARRIVAL_T] - now), ARRIVAL, r + 1)
 
 
 @kernel
-def begin_step(st, pr, d, fin):
+def begin_step(st, pr, d):
     """At a step boundary of instance ``d``: start a step (returns its end) or sleep (-1)."""
     if pr.ints[P_COLOCATED]:
-        return colocated_begin(st, pr, d, fin)
-    return decode_begin(st, pr, d, fin)
+        return colocated_begin(st, pr, d)
+    return decode_begin(st, pr, d)
 
 
 @kernel
-def after_step(st, pr, d, fin, logf, logi):
+def after_step(st, pr, d):
     """End the step in flight on instance ``d``, then begin the next one."""
     if pr.ints[P_COLOCATED]:
-        colocated_end(st, pr, d, fin, logf, logi)
+        colocated_end(st, pr, d)
     else:
-        decode_step_end(st, pr, d, fin, logf, logi)
+        decode_step_end(st, pr, d)
     if st.i[I_STOP]:
         return -1.0
-    return begin_step(st, pr, d, fin)
+    return begin_step(st, pr, d)
 
 
 @kernel
-def run_instance(heap, st, pr, d, fin, logf, logi, t_end):
+def run_instance(st, pr, d, t_end):
     """Carry instance ``d`` through every step that ends before the next pending event;
     schedule the first one that does not (or leave it asleep)."""
     while t_end >= 0.0:
-        if t_end >= next_event_time(heap):
-            schedule(heap, st, t_end, DECODE_DONE, d)
+        if t_end >= next_event_time(st) or log_full(st):
+            schedule(st, t_end, DECODE_DONE, d)
             return
         st.f[F_NOW] = t_end
-        t_end = after_step(st, pr, d, fin, logf, logi)
+        t_end = after_step(st, pr, d)
 
 
 @kernel
-def run_events(st, pr, logf, logi):
-    """Simulate until every request has finished or been rejected."""
-    heap = [(0.0, 0, 0, 0)]
-    heap.pop()
-    fin = [[(0, 0)] for _ in range(pr.ints[P_NDECODE])]
-    for h in fin:
-        h.pop()
-    schedule(heap, st, 0.0 + max(0.0, pr.arrival[0] - 0.0), ARRIVAL, 0)
-    while len(heap) > 0 and st.i[I_STOP] == 0:
-        t, _seq, kind, idx = heapq.heappop(heap)
+def run_events(st, pr):
+    """Simulate until every request has finished or been rejected (returns 0), or until the
+    step log is full (returns 1: grow it and call again to resume exactly where it paused)."""
+    if st.i[I_SEQ] == 0:
+        schedule(st, 0.0 + max(0.0, pr.rf[0, ARRIVAL_T] - 0.0), ARRIVAL, 0)
+    while st.i[I_NEV] > 0 and st.i[I_STOP] == 0:
+        if log_full(st):
+            return 1
+        t, kind, idx = pop_event(st)
         st.f[F_NOW] = t
         if kind == ARRIVAL:
-            arrive(heap, st, pr, idx)
+            arrive(st, pr, idx)
         elif kind == PREFILL_WAKE:
-            prefill_begin(heap, st, pr, idx)
+            prefill_begin(st, pr, idx)
         elif kind == PREFILL_DONE:
-            prefill_done(heap, st, pr, idx)
+            prefill_done(st, pr, idx)
         elif kind == GRANT:
-            link_granted(heap, st, pr, idx)
+            link_granted(st, pr, idx)
         elif kind == XFER_DONE:
-            link_done(heap, st, pr, idx)
+            link_done(st, pr, idx)
         elif kind == RELEASE:
-            link_trigger(heap, st)
+            link_trigger(st)
         elif kind == DECODE_WAKE:
-            run_instance(heap, st, pr, idx, fin, logf, logi, begin_step(st, pr, idx, fin))
+            run_instance(st, pr, idx, begin_step(st, pr, idx))
         else:  # DECODE_DONE
-            run_instance(heap, st, pr, idx, fin, logf, logi, after_step(st, pr, idx, fin, logf, logi))
+            run_instance(st, pr, idx, after_step(st, pr, idx))
+    return 0

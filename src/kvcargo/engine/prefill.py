@@ -7,18 +7,33 @@ is always taken), runs one step, and hands every request of the batch on.
 
 from __future__ import annotations
 
-from kvcargo.engine._jit import kernel
+from kvcargo._jit import kernel
 from kvcargo.engine.events import finish_request, schedule
 from kvcargo.engine.kernels import elementwise_pass, prefill_work, roofline
 from kvcargo.engine.link import link_request
 from kvcargo.engine.state import (
     BUSY,
+    EP_BYTES,
+    EP_OPS,
     F_NOW,
+    FIRST_TOKEN,
     IDLE,
+    OUTPUT,
+    P_BATCH,
+    P_BATCH_N,
     P_BUDGET,
     P_ENDPOINT,
+    P_HEAD,
+    P_STATE,
+    P_TAIL,
+    P_TOKENS,
     PREFILL_DONE,
+    PREFILL_INST,
+    PREFILL_START,
     PREFILL_WAKE,
+    PROMPT,
+    QNEXT,
+    QUAD,
     S_BUSY,
     S_BYTES,
     S_EC,
@@ -29,38 +44,38 @@ from kvcargo.engine.state import (
 )
 
 
-@kernel
+@kernel(inline=True)
 def route_prefill(st):
     """The instance with the fewest queued prompt tokens (the batch in flight does not count)."""
     best = 0
-    for p in range(1, st.p_tokens.shape[0]):
-        if st.p_tokens[p] < st.p_tokens[best]:
+    for p in range(1, st.p.shape[0]):
+        if st.p[p, P_TOKENS] < st.p[best, P_TOKENS]:
             best = p
     return best
 
 
 @kernel
-def prefill_submit(heap, st, pr, p, r):
+def prefill_submit(st, pr, p, r):
     """Queue a prompt at instance ``p``, waking it if it sleeps."""
-    st.qnext[r] = -1
-    if st.p_tail[p] < 0:
-        st.p_head[p] = r
+    st.r[r, QNEXT] = -1
+    if st.p[p, P_TAIL] < 0:
+        st.p[p, P_HEAD] = r
     else:
-        st.qnext[st.p_tail[p]] = r
-    st.p_tail[p] = r
-    st.p_tokens[p] += pr.prompt[r]
-    st.prefill_inst[r] = p
-    if st.p_state[p] == IDLE:
-        st.p_state[p] = WAKING
-        schedule(heap, st, st.f[F_NOW], PREFILL_WAKE, p)
+        st.r[st.p[p, P_TAIL], QNEXT] = r
+    st.p[p, P_TAIL] = r
+    st.p[p, P_TOKENS] += pr.ri[r, PROMPT]
+    st.r[r, PREFILL_INST] = p
+    if st.p[p, P_STATE] == IDLE:
+        st.p[p, P_STATE] = WAKING
+        schedule(st, st.f[F_NOW], PREFILL_WAKE, p)
 
 
 @kernel
-def prefill_begin(heap, st, pr, p):
+def prefill_begin(st, pr, p):
     """Form a batch from the queue head and start its step (or go to sleep)."""
-    r = st.p_head[p]
+    r = st.p[p, P_HEAD]
     if r < 0:
-        st.p_state[p] = IDLE
+        st.p[p, P_STATE] = IDLE
         return
     now = st.f[F_NOW]
     budget = pr.ints[P_BUDGET]
@@ -69,59 +84,59 @@ def prefill_begin(heap, st, pr, p):
     n = 0
     ops = 0.0
     nbytes = 0.0
-    st.p_batch[p] = r
-    while r >= 0 and (n == 0 or tokens + pr.prompt[r] <= budget):
-        tokens += pr.prompt[r]
-        quad += pr.quad[r]
+    st.p[p, P_BATCH] = r
+    while r >= 0 and (n == 0 or tokens + pr.ri[r, PROMPT] <= budget):
+        tokens += pr.ri[r, PROMPT]
+        quad += pr.ri[r, QUAD]
         n += 1
-        st.prefill_start[r] = now
-        if pr.output[r] > 1:
-            ops += pr.ep_ops[r]
-            nbytes += pr.ep_bytes[r]
-        r = st.qnext[r]
-    st.p_head[p] = r
+        st.t[r, PREFILL_START] = now
+        if pr.ri[r, OUTPUT] > 1:
+            ops += pr.rf[r, EP_OPS]
+            nbytes += pr.rf[r, EP_BYTES]
+        r = st.r[r, QNEXT]
+    st.p[p, P_HEAD] = r
     if r < 0:
-        st.p_tail[p] = -1
-    st.p_tokens[p] -= tokens
-    st.p_batch_n[p] = n
+        st.p[p, P_TAIL] = -1
+    st.p[p, P_TOKENS] -= tokens
+    st.p[p, P_BATCH_N] = n
+    hf = pr.hf[0]
     flops, by = prefill_work(pr.mi, pr.mf, tokens, quad, n)
-    dt, e_c, e_m = roofline(pr.hf_prefill, flops, by)
+    dt, e_c, e_m = roofline(hf, flops, by)
     if pr.ints[P_ENDPOINT]:
-        x_t, x_c, x_m = elementwise_pass(pr.hf_prefill, ops, nbytes)
+        x_t, x_c, x_m = elementwise_pass(hf, ops, nbytes)
         dt = dt + x_t
         e_c = e_c + x_c
         e_m = e_m + x_m
         flops = flops + ops
         by = by + nbytes
-    row = st.stats[p]
-    row[S_BUSY] += dt
-    row[S_FLOPS] += flops
-    row[S_BYTES] += by
-    row[S_EC] += e_c
-    row[S_EM] += e_m
-    row[S_STEPS] += 1
-    st.p_state[p] = BUSY
-    schedule(heap, st, now + dt, PREFILL_DONE, p)
+    st.stats[p, S_BUSY] += dt
+    st.stats[p, S_FLOPS] += flops
+    st.stats[p, S_BYTES] += by
+    st.stats[p, S_EC] += e_c
+    st.stats[p, S_EM] += e_m
+    st.stats[p, S_STEPS] += 1
+    st.p[p, P_STATE] = BUSY
+    schedule(st, now + dt, PREFILL_DONE, p)
 
 
 @kernel
-def prefill_done(heap, st, pr, p):
+def prefill_done(st, pr, p):
     """The step ended: first tokens out, single-token requests finish, the instance takes its
     next batch, and then (as new SimPy processes would) every hand-off asks for the link."""
     now = st.f[F_NOW]
-    head = st.p_batch[p]
-    n = st.p_batch_n[p]
+    head = st.p[p, P_BATCH]
+    n = st.p[p, P_BATCH_N]
     r = head
     for _ in range(n):
-        st.first_token[r] = now
-        if pr.output[r] <= 1:
-            finish_request(st, pr, r)
-        r = st.qnext[r]
+        st.t[r, FIRST_TOKEN] = now
+        if pr.ri[r, OUTPUT] <= 1:
+            finish_request(st, r)
+        r = st.r[r, QNEXT]
     # The batch is detached from the queue, so its links stay valid while the next one forms.
-    prefill_begin(heap, st, pr, p)
+    prefill_begin(st, pr, p)
     r = head
     for _ in range(n):
-        nxt = st.qnext[r]
-        if pr.output[r] > 1:
-            link_request(heap, st, pr, r)
+        nxt = st.r[r, QNEXT]
+        if pr.ri[r, OUTPUT] > 1:
+            link_request(st, r)
         r = nxt

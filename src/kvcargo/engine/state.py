@@ -1,8 +1,10 @@
-"""The simulation state: plain arrays, one row per request or per instance.
+"""The simulation state: a handful of plain arrays, one row per request or per instance.
 
 No Python object per request or per token: the event handlers read and write these arrays, so
-the same code runs as plain Python or compiled by numba. Queues are intrusive FIFO lists
-threaded through ``qnext`` (a request sits in at most one queue at a time).
+the same code runs as plain Python or compiled by numba. Columns are named by the constants
+below (``st.t[r, FIRST_TOKEN]``); keeping the arrays few keeps compiled calls cheap (every
+array passed is reference-counted). Queues are intrusive FIFO lists threaded through the
+``QNEXT`` column (a request sits in at most one queue at a time).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from kvcargo import _jit
+
 # Event kinds (the heap holds (time, seq, kind, index) tuples).
 ARRIVAL, PREFILL_WAKE, PREFILL_DONE, GRANT, XFER_DONE, RELEASE, DECODE_WAKE, DECODE_DONE = range(8)
 
@@ -18,110 +22,111 @@ ARRIVAL, PREFILL_WAKE, PREFILL_DONE, GRANT, XFER_DONE, RELEASE, DECODE_WAKE, DEC
 IDLE, WAKING, BUSY = 0, 1, 2
 # Request outcome.
 PENDING, DONE, REJECTED = 0, 1, 2
-# Scalar slots (``State.i``): event sequence, completed, rejected, stop flag, link channels free,
-# link FIFO head and tail, transfers started, decode steps logged, arrival cursor.
-I_SEQ, I_DONE, I_REJ, I_STOP, I_LINK_FREE, I_LQ_HEAD, I_LQ_TAIL, I_XFERS, I_NSTEPS, I_NEXT_ARR = range(10)
-# Float slots (``State.f``): the clock, the arrival process's clock, link busy seconds, link
-# joules, in-transit joules.
-F_NOW, F_ARR_CLOCK, F_LINK_BUSY, F_LINK_J, F_TRANSIT_J = range(5)
-# Per-instance statistics columns (``State.stats``).
-S_BUSY, S_FLOPS, S_BYTES, S_EC, S_EM, S_STEPS = range(6)
+
+# ``State.t``: per-request timestamps (NaN: did not happen).
+PREFILL_START, FIRST_TOKEN, KV_START, KV_READY, DECODE_START, FINISH = range(6)
+# ``State.r``: per-request integers.
+STATUS, PREFILL_INST, DECODE_INST, FIRST_STEP, QNEXT = range(5)
+# ``State.p``: per prefill instance (colocated: the batch in flight of each instance).
+P_HEAD, P_TAIL, P_TOKENS, P_STATE, P_BATCH, P_BATCH_N = range(6)
+# ``State.d``: per decode (or colocated) instance.
+D_HEAD, D_TAIL, D_QUEUED, D_RUNNING, D_CONTEXT, D_KV_USED, D_STEPS, D_STATE, D_IS_PREFILL, D_FIN_N = range(10)
+# ``State.stats``: per instance (prefill instances first), totals and the step in flight's start.
+S_BUSY, S_FLOPS, S_BYTES, S_EC, S_EM, S_STEPS, S_STEP_START = range(7)
+# ``State.i``: integer scalars.
+I_SEQ, I_DONE, I_REJ, I_STOP, I_LINK_FREE, I_LQ_HEAD, I_LQ_TAIL, I_XFERS, I_NSTEPS, I_NEV = range(10)
+# ``State.evi``: pending events (with ``State.evt`` their times), a binary heap of size I_NEV.
+EV_SEQ, EV_KIND, EV_IDX = range(3)
+# ``State.f``: float scalars (the clock, link totals).
+F_NOW, F_LINK_BUSY, F_LINK_J, F_TRANSIT_J = range(4)
+
+# ``Params.rf``: per-request floats.
+ARRIVAL_T, XFER_TIME, XFER_J, TRANSIT_J, EP_OPS, EP_BYTES = range(6)
+# ``Params.ri``: per-request integers (QUAD = prompt·(prompt + 1), the causal-attention term).
+PROMPT, OUTPUT, QUAD = range(3)
+# ``Params.ints``: limits and switches.
+P_NPREFILL, P_NDECODE, P_COLOCATED, P_BUDGET, P_MAXBATCH, P_KVCAP, P_ENDPOINT, P_CHANNELS = range(8)
 
 
 class Params(NamedTuple):
     """Everything the engine reads but never writes: the workload, costs, limits."""
 
-    arrival: np.ndarray
-    prompt: np.ndarray
-    output: np.ndarray
-    quad: np.ndarray
-    """prompt·(prompt + 1), the causal-attention term of a prefill."""
-    xfer_time: np.ndarray
-    """Seconds each request's hand-off holds a link channel."""
-    xfer_j: np.ndarray
-    transit_j: np.ndarray
-    ep_ops: np.ndarray
-    """Endpoint-compression work per request (zeros when not compressing on the GPU)."""
-    ep_bytes: np.ndarray
+    rf: np.ndarray
+    """Per request: arrival, link hold time, link J, in-transit J, endpoint ops and bytes."""
+    ri: np.ndarray
+    """Per request: prompt, output, prompt·(prompt + 1)."""
     mi: np.ndarray
     mf: np.ndarray
-    hf_prefill: np.ndarray
-    hf_decode: np.ndarray
+    """Model coefficients (see :func:`kvcargo.cost.model_coefficients`)."""
+    hf: np.ndarray
+    """Pool coefficients: row 0 prefill (or colocated), row 1 decode."""
     ints: np.ndarray
-    """[n_prefill, n_decode, colocated(0/1), token_budget, max_batch, kv_capacity, endpoint(0/1),
-    channels]."""
-
-
-P_NPREFILL, P_NDECODE, P_COLOCATED, P_BUDGET, P_MAXBATCH, P_KVCAP, P_ENDPOINT, P_CHANNELS = range(8)
 
 
 class State(NamedTuple):
     """Everything the engine writes."""
 
-    # per request
-    prefill_start: np.ndarray
-    first_token: np.ndarray
-    kv_start: np.ndarray
-    kv_ready: np.ndarray
-    decode_start: np.ndarray
-    finish: np.ndarray
-    status: np.ndarray
-    prefill_inst: np.ndarray
-    decode_inst: np.ndarray
-    first_step: np.ndarray
-    """Ordinal (per decode instance) of the request's first decode step."""
-    qnext: np.ndarray
-    # prefill instances (colocated instances use the decode columns below)
-    p_head: np.ndarray
-    p_tail: np.ndarray
-    p_tokens: np.ndarray
-    p_state: np.ndarray
-    p_batch: np.ndarray
-    p_batch_n: np.ndarray
-    # decode (or colocated) instances
-    d_head: np.ndarray
-    d_tail: np.ndarray
-    d_queued: np.ndarray
-    d_running: np.ndarray
-    d_context: np.ndarray
-    d_kv_used: np.ndarray
-    d_steps: np.ndarray
-    d_state: np.ndarray
-    d_is_prefill: np.ndarray
-    """Colocated only: 1 while the step in flight is a prefill step."""
-    d_step_start: np.ndarray
-    # per-instance statistics, prefill instances first
+    t: np.ndarray
+    r: np.ndarray
+    p: np.ndarray
+    d: np.ndarray
+    fin: np.ndarray
+    """Per decode instance: a heap of (finish-step ordinal, request) pairs (see finheap.py)."""
     stats: np.ndarray
-    # scalars
     i: np.ndarray
     f: np.ndarray
+    evt: np.ndarray
+    evi: np.ndarray
+    """Pending events: a heap ordered by (time, sequence) — see events.py."""
+    logf: np.ndarray
+    """Decode steps in the order they ended: start, end (the first I_NSTEPS rows are used)."""
+    logi: np.ndarray
+    """Per logged step: instance, batch size."""
 
 
-def new_state(n: int, n_prefill: int, n_decode: int, n_stats: int) -> State:
-    """Fresh state for ``n`` requests (NaN timestamps mean "did not happen").
+def new_state(n: int, n_prefill: int, n_decode: int, n_stats: int, max_batch: int, channels: int,
+              log_capacity: int) -> State:
+    """Fresh state for ``n`` requests.
 
-    Colocated runs use the prefill columns for each instance's batch in flight and the decode
-    columns for its queue and running batch.
+    Colocated runs use the prefill rows for each instance's batch in flight and the decode rows
+    for its queue and running batch.
     """
-
-    def nan() -> np.ndarray:
-        return np.full(n, np.nan)
-
-    def ints(k: int, fill: int = 0) -> np.ndarray:
-        return np.full(k, fill, dtype=np.int64)
-
-    scal = ints(10)
-    scal[I_LQ_HEAD] = scal[I_LQ_TAIL] = -1
+    r = np.zeros((n, 5), dtype=np.int64)
+    r[:, PREFILL_INST:] = -1
+    p = np.zeros((n_prefill, 6), dtype=np.int64)
+    p[:, [P_HEAD, P_TAIL, P_BATCH]] = -1
+    d = np.zeros((n_decode, 10), dtype=np.int64)
+    d[:, [D_HEAD, D_TAIL]] = -1
+    i = np.zeros(10, dtype=np.int64)
+    i[[I_LQ_HEAD, I_LQ_TAIL]] = -1
+    i[I_LINK_FREE] = channels
+    # At most one pending event per instance, one arrival, and per link channel a grant, a
+    # transfer end and a release.
+    events = n_prefill + n_decode + 3 * channels + 8
     return State(
-        prefill_start=nan(), first_token=nan(), kv_start=nan(), kv_ready=nan(),
-        decode_start=nan(), finish=nan(), status=np.zeros(n, dtype=np.int8),
-        prefill_inst=ints(n, -1), decode_inst=ints(n, -1), first_step=ints(n, -1),
-        qnext=ints(n, -1),
-        p_head=ints(n_prefill, -1), p_tail=ints(n_prefill, -1), p_tokens=ints(n_prefill),
-        p_state=ints(n_prefill), p_batch=ints(n_prefill, -1), p_batch_n=ints(n_prefill),
-        d_head=ints(n_decode, -1), d_tail=ints(n_decode, -1), d_queued=ints(n_decode),
-        d_running=ints(n_decode), d_context=ints(n_decode), d_kv_used=ints(n_decode),
-        d_steps=ints(n_decode), d_state=ints(n_decode), d_is_prefill=ints(n_decode),
-        d_step_start=np.zeros(n_decode), stats=np.zeros((n_stats, 6)),
-        i=scal, f=np.zeros(5),
+        t=np.full((n, 6), np.nan), r=r, p=p, d=d,
+        fin=np.zeros((n_decode, max(1, min(max_batch, n)), 2), dtype=np.int64),
+        stats=np.zeros((n_stats, 7)), i=i, f=np.zeros(4),
+        evt=np.zeros(events), evi=np.zeros((events, 3), dtype=np.int64),
+        logf=np.zeros((log_capacity, 2)), logi=np.zeros((log_capacity, 2), dtype=np.int64),
     )
+
+
+def by_reference(obj: State | Params) -> object:
+    """What the engine is handed: the namedtuple itself in plain Python, a numba StructRef over
+    the same arrays when compiled (see _structs.py)."""
+    if not _jit.ENABLED:
+        return obj
+    from kvcargo.engine._structs import by_reference as compiled
+
+    return compiled(obj)
+
+
+def with_log_capacity(st: State, capacity: int) -> State:
+    """The same state with a larger step log (the engine pauses when its log is full)."""
+    k = int(st.i[I_NSTEPS])
+    logf = np.zeros((capacity, 2))
+    logi = np.zeros((capacity, 2), dtype=np.int64)
+    logf[:k] = st.logf[:k]
+    logi[:k] = st.logi[:k]
+    return st._replace(logf=logf, logi=logi)

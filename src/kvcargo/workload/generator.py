@@ -34,13 +34,11 @@ class LengthDist:
         if not 1 <= self.lo <= self.hi:
             raise KvcargoError(f"length bounds must satisfy 1 <= lo <= hi, got {self.lo}..{self.hi}")
 
-    def draw(self, rng: random.Random) -> int:
-        if self.cv <= 0:
-            x = self.mean
-        else:
-            sigma2 = math.log(1 + self.cv * self.cv)
-            x = rng.lognormvariate(math.log(self.mean) - sigma2 / 2, math.sqrt(sigma2))
-        return int(min(self.hi, max(self.lo, round(x))))
+    def params(self) -> np.ndarray:
+        """(mean, cv, μ, σ, lo, hi) for the draw kernel: σ² = ln(1 + cv²), μ = ln(mean) − σ²/2."""
+        sigma2 = math.log(1 + self.cv * self.cv) if self.cv > 0 else 0.0
+        mu = math.log(self.mean) - sigma2 / 2
+        return np.array([self.mean, self.cv, mu, math.sqrt(sigma2), self.lo, self.hi], dtype=np.float64)
 
 
 def generate(n: int, rate: float, prompt: LengthDist, output: LengthDist, seed: int = 1) -> Workload:
@@ -49,15 +47,19 @@ def generate(n: int, rate: float, prompt: LengthDist, output: LengthDist, seed: 
         raise KvcargoError(f"number of requests must be >= 1, got {n}")
     if not (rate > 0 and math.isfinite(rate)):
         raise KvcargoError(f"rate must be a positive number of requests per second, got {rate:g}")
+    from kvcargo.workload.draws import draw_requests, uniforms
+
     rng = random.Random(seed)
     arrival = np.empty(n, dtype=np.float64)
     plen = np.empty(n, dtype=np.int64)
     olen = np.empty(n, dtype=np.int64)
-    expo, draw_p, draw_o = rng.expovariate, prompt.draw, output.draw
-    t = 0.0
-    for i in range(n):
-        t += expo(rate)
-        arrival[i] = t
-        plen[i] = draw_p(rng)
-        olen[i] = draw_o(rng)
+    done, pos, t = 0, 0, 0.0
+    u = uniforms(rng, 7 * n + 64)
+    while True:
+        done, pos, t = draw_requests(u, pos, done, t, float(rate), prompt.params(), output.params(),
+                                     arrival, plen, olen)
+        if done == n:
+            break
+        u = np.concatenate([u[pos:], uniforms(rng, 2 * (n - done) + 64)])
+        pos = 0
     return Workload(arrival, plen, olen, source=f"poisson rate={rate:g} seed={seed}")

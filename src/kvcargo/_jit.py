@@ -24,8 +24,14 @@ ENABLED: bool = _numba is not None
 """True when the engine runs compiled."""
 
 
-def kernel(fn: F) -> F:
-    """Compile ``fn`` with numba (no Python objects, IEEE floats, cached) when available."""
+def kernel(fn: F | None = None, *, inline: bool = False) -> F:
+    """Compile ``fn`` with numba (no Python objects, IEEE floats, cached) when available.
+
+    ``inline=True`` splices a small helper into its callers: a compiled call that passes the
+    state arrays costs reference counting, which dominates helpers of a few lines.
+    """
+    if fn is None:
+        return lambda f: kernel(f, inline=inline)  # type: ignore[return-value]
     if _numba is None:
         return fn
-    return _numba.njit(cache=True, nogil=True)(fn)
+    return _numba.njit(cache=True, nogil=True, inline="always" if inline else "never")(fn)

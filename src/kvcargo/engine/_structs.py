@@ -1,0 +1,43 @@
+"""Compiled-mode containers for the engine's arrays (numba StructRefs).
+
+A namedtuple of arrays is passed by value: every compiled call copies it and reference-counts
+each array, which costs more than the work of a small handler. A StructRef is one pointer.
+The engine code is the same either way: it only reads attributes (``st.t``, ``pr.ri``).
+"""
+
+from __future__ import annotations
+
+from numba.core import types
+from numba.experimental import structref
+
+from kvcargo.engine.state import Params, State
+
+
+@structref.register
+class StateRefType(types.StructRef):
+    def preprocess_fields(self, fields):
+        return tuple((name, types.unliteral(typ)) for name, typ in fields)
+
+
+@structref.register
+class ParamsRefType(types.StructRef):
+    def preprocess_fields(self, fields):
+        return tuple((name, types.unliteral(typ)) for name, typ in fields)
+
+
+class StateRef(structref.StructRefProxy):
+    pass
+
+
+class ParamsRef(structref.StructRefProxy):
+    pass
+
+
+structref.define_proxy(StateRef, StateRefType, list(State._fields))
+structref.define_proxy(ParamsRef, ParamsRefType, list(Params._fields))
+
+
+def by_reference(obj: State | Params) -> StateRef | ParamsRef:
+    """A StructRef holding the very same arrays (mutations are visible in ``obj``)."""
+    cls = StateRef if isinstance(obj, State) else ParamsRef
+    return cls(*obj)

@@ -1,0 +1,76 @@
+"""The reference generator's draws as a kernel over a stream of uniforms (compiled with numba).
+
+Python's ``random.Random`` is consumed exactly as the reference consumes it: one uniform for each
+exponential gap (``-log(1 - u)/rate``), then for each lognormal length the Kinderman–Monahan
+ratio method of ``random.normalvariate`` (two uniforms per try) — so the results are the same
+floats, only computed without a Python call per draw.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kvcargo._jit import kernel
+
+NV_MAGICCONST = 4 * math.exp(-0.5) / math.sqrt(2.0)
+
+
+@kernel
+def _length(u, pos, mean, cv, mu, sigma, lo, hi):
+    """One clipped, rounded lognormal length; returns (length, next position) or (-1, pos) when
+    the uniforms ran out."""
+    if cv <= 0.0:
+        x = mean
+    else:
+        while True:
+            if pos + 2 > u.shape[0]:
+                return -1, pos
+            u1 = u[pos]
+            u2 = 1.0 - u[pos + 1]
+            pos += 2
+            z = NV_MAGICCONST * (u1 - 0.5) / u2
+            zz = z * z / 4.0
+            if zz <= -math.log(u2):
+                break
+        x = math.exp(mu + z * sigma)
+    return int(min(hi, max(lo, np.rint(x)))), pos
+
+
+@kernel
+def draw_requests(u, start, n_done, t, rate, p_par, o_par, arrival, prompt, output):
+    """Fill requests from index ``n_done`` on, consuming uniforms ``u[start:]``.
+
+    ``p_par``/``o_par`` = (mean, cv, mu, sigma, lo, hi). Returns (requests done, position, clock);
+    stops early (at a request boundary) when the uniforms run out.
+    """
+    pos = start
+    i = n_done
+    n = arrival.shape[0]
+    while i < n:
+        if pos >= u.shape[0]:
+            break
+        gap = -math.log(1.0 - u[pos]) / rate
+        plen, p2 = _length(u, pos + 1, p_par[0], p_par[1], p_par[2], p_par[3], p_par[4], p_par[5])
+        if plen < 0:
+            break
+        olen, p3 = _length(u, p2, o_par[0], o_par[1], o_par[2], o_par[3], o_par[4], o_par[5])
+        if olen < 0:
+            break
+        t += gap
+        arrival[i] = t
+        prompt[i] = plen
+        output[i] = olen
+        pos = p3
+        i += 1
+    return i, pos, t
+
+
+def uniforms(rng, k: int) -> np.ndarray:
+    """The next ``k`` values ``rng.random()`` would return, in one call (exactly: two 32-bit
+    Mersenne Twister words a, b per value, ((a >> 5)·2^26 + (b >> 6)) / 2^53)."""
+    words = np.frombuffer(rng.getrandbits(64 * k).to_bytes(8 * k, "little"), dtype="<u4")
+    a = (words[0::2] >> 5).astype(np.float64)
+    b = (words[1::2] >> 6).astype(np.float64)
+    return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0)
