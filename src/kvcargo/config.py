@@ -166,6 +166,8 @@ def resolve(config: SimConfig, workload: Workload | None = None) -> Resolved:
     compression = None
     if c.kv_compress is not None:
         compression = Compression(cat.codec(c.kv_compress), c.kv_compress_at, c.kv_keep)
+        if compression.at == "endpoint" and compression.is_identity:
+            compression = None  # nothing to do on the GPU, and no in-transit stage either
     if workload is None:
         workload = load_workload(c)
     return Resolved(c, cat, model, prefill_pool, decode_pool, link, c.link_channels or link.channels,

@@ -59,6 +59,11 @@ class Compression:
         """Bytes in / bytes on the wire."""
         return 1.0 / self.keep if self.keep is not None else self.codec.ratio
 
+    @property
+    def is_identity(self) -> bool:
+        """A codec that changes nothing (``none``): at the endpoint it is no stage at all."""
+        return self.ratio == 1.0 and self.codec.ops_per_value == 0 and not self.codec.fft
+
 
 def fft_ops_per_value(prompt: np.ndarray) -> np.ndarray:
     """FFT work along the tokens per value: 2·R(n)/n, R(n) = 2.5·n·log2(n), n = next 2^k ≥ s."""

@@ -1,0 +1,62 @@
+"""``kvcargo catalog``: what models, devices, links and codecs exist, with key numbers."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from kvcargo import catalog as catalog_mod
+from kvcargo.cost import shape
+from kvcargo.report.text import rate_bps, seconds, table
+
+KINDS = ("models", "devices", "links", "codecs")
+
+
+@click.command("catalog")
+@click.argument("kind", required=False, type=click.Choice(KINDS))
+@click.option("--catalog", "catalog_files", multiple=True, type=click.Path(dir_okay=False),
+              help="extra catalog TOML file (repeatable)")
+@click.option("--json", "as_json", is_flag=True, help="print every field as JSON")
+def command(kind: str | None, catalog_files: tuple[str, ...], as_json: bool) -> None:
+    """List the catalog (all kinds, or one)."""
+    cat = catalog_mod.load(catalog_files)
+    kinds = [kind] if kind else list(KINDS)
+    if as_json:
+        data = {k: {key: e.model_dump(exclude={"key"}) for key, e in getattr(cat, k).items()} for k in kinds}
+        click.echo(json.dumps(data if kind is None else data[kind], indent=2))
+        return
+    blocks = []
+    for k in kinds:
+        blocks.append(f"{k}\n" + RENDER[k](cat))
+    click.echo("\n\n".join(blocks))
+
+
+def _models(cat: catalog_mod.Catalog) -> str:
+    rows = []
+    for key, m in cat.models.items():
+        s = shape(m)
+        rows.append([key, m.name, m.layers, f"{m.kv_heads}×{m.head_dim}", f"{s.p_total / 1e9:.2f} B",
+                     f"{s.kv_per_token:,} B"])
+    return table(["key", "name", "layers", "KV heads×dim", "params", "KV per token"], rows, "llrrrr")
+
+
+def _devices(cat: catalog_mod.Catalog) -> str:
+    rows = [[key, d.name, f"{d.peak_flops / 1e12:,.0f} T", f"{d.hbm_bw / 1e12:.3g} TB/s", f"{d.capacity / 1e9:.0f} GB",
+             f"{d.tdp_w:.0f} W"] for key, d in cat.devices.items()]
+    return table(["key", "name", "BF16 FLOP/s", "HBM", "memory", "TDP"], rows, "llrrrr")
+
+
+def _links(cat: catalog_mod.Catalog) -> str:
+    rows = [[key, ln.name, rate_bps(ln.bandwidth), seconds(ln.latency), f"{ln.pj_per_bit:g} pJ/bit"]
+            for key, ln in cat.links.items()]
+    return table(["key", "name", "bandwidth", "latency", "energy"], rows, "llrrr")
+
+
+def _codecs(cat: catalog_mod.Catalog) -> str:
+    rows = [[key, c.name, f"{c.ratio:.3f}", f"{c.ops_per_value:g}", "yes" if c.fft else "no"]
+            for key, c in cat.codecs.items()]
+    return table(["key", "name", "ratio", "ops/value", "FFT"], rows, "llrrl")
+
+
+RENDER = {"models": _models, "devices": _devices, "links": _links, "codecs": _codecs}

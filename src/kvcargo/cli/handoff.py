@@ -1,0 +1,71 @@
+"""``kvcargo handoff``: the chapter's calculator for one prompt (or every link)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from kvcargo import catalog as catalog_mod
+from kvcargo.cost import Pool
+from kvcargo.handoff import Compression, HandoffResult, calculate
+from kvcargo.report.text import bytes_, rate_bps, seconds, table
+
+
+@click.command("handoff")
+@click.option("--model", default="llama3-8b", show_default=True, help="model key (kvcargo catalog models)")
+@click.option("--prompt", type=int, default=2048, show_default=True, help="prompt tokens")
+@click.option("--link", default="eth-25g", show_default=True, help="link key (kvcargo catalog links)")
+@click.option("--kv-compress", default=None, help="codec applied to the hand-off (kvcargo catalog codecs)")
+@click.option("--kv-keep", type=float, default=None, help="fraction kept by freq-keep-k")
+@click.option("--send", type=click.Choice(["whole", "layerwise"]), default="whole", show_default=True,
+              help="send the cache after the prefill, or stream it layer by layer")
+@click.option("--device", default="h100", show_default=True, help="prefill device (sets the prefill time)")
+@click.option("--devices-per-instance", type=int, default=1, show_default=True)
+@click.option("--links", "all_links", is_flag=True, help="the link table: this hand-off over every link")
+@click.option("--catalog", "catalog_files", multiple=True, type=click.Path(dir_okay=False),
+              help="extra catalog TOML file (repeatable)")
+@click.option("--json", "as_json", is_flag=True, help="print JSON (seconds, bytes, req/s)")
+def command(model: str, prompt: int, link: str, kv_compress: str | None, kv_keep: float | None, send: str,
+            device: str, devices_per_instance: int, all_links: bool, catalog_files: tuple[str, ...],
+            as_json: bool) -> None:
+    """Hand-off size, transfer time, time exposed after prefill and link saturation rate."""
+    cat = catalog_mod.load(catalog_files)
+    m = cat.model(model)
+    pool = Pool(cat.device(device), devices_per_instance)
+    codec = Compression(cat.codec(kv_compress), "transit", kv_keep) if kv_compress else None
+    links = list(cat.links.values()) if all_links else [cat.link(link)]
+    results = [calculate(m, prompt, ln, pool, codec, send) for ln in links]
+    if as_json:
+        data = [r.as_dict() for r in results]
+        click.echo(json.dumps(data if all_links else data[0], indent=2))
+    elif all_links:
+        click.echo(link_table(results))
+    else:
+        click.echo(panel(results[0], cat.link(link).name, m.name, pool))
+
+
+def panel(r: HandoffResult, link_name: str, model_name: str, pool: Pool) -> str:
+    """The chapter's result panel."""
+    codec = "uncompressed" if r.codec == "none" else f"{r.codec} (÷{r.ratio:.3g})"
+    rows = [
+        ("KV to hand off", bytes_(r.kv_bytes), f"{r.prompt_tokens:,} tokens × {r.kv_bytes_per_token:,} B"),
+        ("On the wire", bytes_(r.wire_bytes), codec),
+        ("Transfer", seconds(r.transfer_s), f"{link_name}, {rate_bps(r.bandwidth)}"),
+        ("Prefill", seconds(r.prefill_s), f"{pool.n}× {pool.device.name}"),
+        ("Exposed after prefill", seconds(r.exposed_s),
+         "added before decode can start" + (" (layer-wise streaming)" if r.send == "layerwise" else "")),
+        ("Link full at", f"{r.link_full_rps:.1f} req/s", "hand-offs alone"),
+    ]
+    head = f"{model_name}, {r.prompt_tokens:,}-token prompt over {link_name}"
+    return head + "\n" + table(["", "", ""], rows, "lrl").split("\n", 2)[2]
+
+
+def link_table(results: list[HandoffResult]) -> str:
+    """Link, bandwidth per direction, time for this hand-off (fastest first)."""
+    cat = catalog_mod.builtin()
+    first = results[0]
+    rows = [(cat.links[r.link].name if r.link in cat.links else r.link, rate_bps(r.bandwidth), seconds(r.transfer_s))
+            for r in sorted(results, key=lambda r: r.transfer_s)]
+    size = bytes_(first.wire_bytes)
+    return table(["Link", "Bandwidth", f"{size} takes"], rows, "lrr")
