@@ -24,6 +24,8 @@ Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=1)]
 
+DEFAULT_RATE = 8.0
+"""Arrival rate of generated workloads when none is given (req/s)."""
 MAX_REQUESTS = 50_000_000
 """Hard ceiling on generated requests (a typo should not exhaust the machine)."""
 
@@ -47,7 +49,9 @@ class SimConfig(BaseModel):
     """Colocated instance count (default: prefill + decode, the same GPUs)."""
     link: str = "ib-ndr"
     link_channels: Count | None = None
-    rate: Positive = 8.0
+    rate: Positive | None = None
+    """Poisson rate of the generated workload (default 8 req/s); with a trace file, rescale the
+    trace to this mean rate (unset: replay it as recorded)."""
     requests: Annotated[int, Field(ge=1, le=MAX_REQUESTS)] = 800
     prompt: Positive = 2048.0
     prompt_cv: NonNeg = 0.5
@@ -89,6 +93,11 @@ class SimConfig(BaseModel):
     def replace(self, **changes: Any) -> SimConfig:
         """A copy with some values changed (validated again)."""
         return SimConfig.build(**{**self.model_dump(), **changes})
+
+    @property
+    def arrival_rate(self) -> float:
+        """The generator's rate: ``rate`` or the default 8 req/s."""
+        return DEFAULT_RATE if self.rate is None else self.rate
 
     @property
     def colocated_instances(self) -> int:
@@ -181,7 +190,7 @@ def load_workload(config: SimConfig) -> Workload:
 
         return read_trace(config.workload_file)
     return generate(
-        config.requests, config.rate,
+        config.requests, config.arrival_rate,
         LengthDist(config.prompt, config.prompt_cv), LengthDist(config.output, config.output_cv),
         config.seed,
     )

@@ -24,7 +24,7 @@ HELP = {
     "instances": "colocated instances (default: prefill + decode)",
     "link": "KV link between the pools (kvcargo catalog links)",
     "link_channels": "parallel channels of the KV link (default: the catalog's)",
-    "rate": "Poisson arrival rate, requests per second",
+    "rate": "Poisson arrival rate, req/s [default: 8]; with --workload-file: rescale the trace to this mean rate",
     "requests": "number of requests",
     "prompt": "mean prompt length, tokens",
     "prompt_cv": "coefficient of variation of prompt lengths (0: fixed)",

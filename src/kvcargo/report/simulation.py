@@ -20,7 +20,7 @@ def describe_config(c: dict[str, Any]) -> str:
         if c["kv_compress"]:
             pools += f", {c['kv_compress']} at {c['kv_compress_at']}"
     load = f"trace {c['workload_file']}" if c["workload_file"] else (
-        f"{c['rate']:g} req/s, {c['requests']} requests, prompt {c['prompt']:g}±cv{c['prompt_cv']:g}, "
+        f"{c['rate'] or 8:g} req/s, {c['requests']} requests, prompt {c['prompt']:g}±cv{c['prompt_cv']:g}, "
         f"output {c['output']:g}±cv{c['output_cv']:g}, seed {c['seed']}")
     return f"{c['model']}: {pools}; {load}"
 

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install what the tests need (Python extras, Debian's chromium for the browser tests) and run
+# the whole suite: once compiled with numba, and the engine's differential tests once more as
+# plain Python (KVCARGO_JIT=0) to prove both paths give bit-identical results.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[all,test]'
+if ! command -v chromium >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
+  else
+    echo "chromium not found and no apt-get: browser tests will be skipped" >&2
+  fi
+fi
+mkdir -p test-output
+.venv/bin/python -m pytest -n auto -q "$@"
+KVCARGO_JIT=0 .venv/bin/python -m pytest -q -m "not browser" tests/test_engine_parity.py tests/test_oracle_reference.py
