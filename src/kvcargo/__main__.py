@@ -1,0 +1,5 @@
+"""``python -m kvcargo`` = the ``kvcargo`` command."""
+
+from kvcargo.cli import main
+
+main()

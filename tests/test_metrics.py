@@ -1,0 +1,114 @@
+"""Metrics: numpy-exact percentiles, exact ITLs without per-token lists, and invariants."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvcargo import simulate
+from kvcargo.config import SimConfig, resolve
+from kvcargo.engine.cluster import run
+from kvcargo.engine.state import DONE, REJECTED
+from kvcargo.metrics import describe, describe_weighted, stage_times, steady_requests, summarize
+
+try:
+    from oracle import run_oracle
+except ImportError:  # pragma: no cover
+    from tests.oracle import run_oracle  # type: ignore[no-redef]
+
+floats = st.floats(min_value=1e-6, max_value=1e3, allow_nan=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(floats, min_size=1, max_size=300))
+def test_percentiles_equal_numpy(xs: list[float]) -> None:
+    d = describe(np.array(xs), "x")
+    for p in (50, 90, 99):
+        assert d[f"x_p{p}"] == float(np.percentile(xs, p))
+    assert d["x_max"] == max(xs) and math.isclose(d["x_mean"], float(np.mean(xs)), rel_tol=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(floats, st.integers(0, 6)), min_size=1, max_size=60))
+def test_weighted_percentiles_equal_the_expanded_sample(pairs: list[tuple[float, int]]) -> None:
+    values = np.array([v for v, _ in pairs])
+    weights = np.array([w for _, w in pairs])
+    if weights.sum() == 0:
+        return
+    expanded = np.repeat(values, weights)
+    w, e = describe_weighted(values, weights, "x"), describe(expanded, "x")
+    assert {k: w[k] for k in w if k != "x_mean"} == {k: e[k] for k in e if k != "x_mean"}
+    assert math.isclose(w["x_mean"], e["x_mean"], rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("kw", [dict(link="eth-25g"), dict(mode="colocated"), dict(decode=2, prefill=2, rate=14.0)],
+                         ids=["disagg", "colocated", "2P2D"])
+def test_itl_from_step_log_equals_pooled_per_token_gaps(kw: dict) -> None:
+    res = resolve(SimConfig.build(requests=400, **kw))
+    out = run(res)
+    c = res.config
+    ora = run_oracle(res.workload, model=res.model, prefill_pool=res.prefill_pool, decode_pool=res.decode_pool,
+                     n_prefill=c.prefill, n_decode=c.decode, link=res.link, mode=c.mode,
+                     n_colocated=c.colocated_instances)
+    pooled = np.array([g for r in steady_requests(out) for g in ora.itls[r]])
+    s, ref = summarize(out), describe(pooled, "itl")
+    assert {k: s[k] for k in ref if k != "itl_mean"} == {k: ref[k] for k in ref if k != "itl_mean"}
+    assert math.isclose(s["itl_mean"], ref["itl_mean"], rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(link="eth-25g", rate=14.0), dict(mode="colocated", rate=10.0), dict(model="opt-13b", device="a100-40g", prompt=4000.0, prompt_cv=1.0, rate=3.0),
+    dict(prefill=2, decode=3, link_channels=2, rate=20.0, max_batch=16),
+], ids=["saturated-link", "colocated", "rejections", "multi"])
+def test_invariants(kw: dict) -> None:
+    out = run(resolve(SimConfig.build(requests=600, **kw)))
+    done = out.status == DONE
+    assert (done | (out.status == REJECTED)).all()
+    assert np.isnan(out.first_token[~done]).all()
+    e2e = out.finish[done] - out.arrival[done]
+    stages = sum(v[done] for v in stage_times(out).values())
+    assert np.allclose(stages, e2e, rtol=1e-12, atol=1e-12)
+    for a, b in (("arrival", "prefill_start"), ("prefill_start", "first_token"), ("first_token", "decode_start"),
+                 ("decode_start", "finish")):
+        assert (getattr(out, b)[done] >= getattr(out, a)[done]).all()
+    # Little's law for the decode pools: batch-weighted step time from the step log equals the
+    # requests' time in decode from their own records (colocated: plus the prefill steps that
+    # interleave, which the log of decode steps does not hold).
+    in_steps = float(np.sum(out.step_inst[:, 1] * (out.steps[:, 1] - out.steps[:, 0])))
+    multi = done & (out.output >= 2)
+    in_decode = float(np.sum(out.finish[multi] - out.decode_start[multi]))
+    if kw.get("mode") == "colocated":
+        assert in_steps < in_decode
+    else:
+        assert math.isclose(in_steps, in_decode, rel_tol=1e-9)
+    s = summarize(out)
+    assert math.isclose(s["littles_population"], s["littles_expected"], rel_tol=1e-9)
+    assert s["completed"] + s["rejected"] == 600
+
+
+def test_link_waiting_time_matches_md1(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Fixed prompts → deterministic link service; short prompts on a slow link → the prefill
+    (a few ms) barely delays Poisson arrivals. Mean wait must match M/D/1: Wq = ρS/(2(1 − ρ))."""
+    slow = tmp_path / "slow.toml"
+    slow.write_text('[links.slow]\nbandwidth = 1e8\nlatency = 1e-5\n')
+    res = resolve(SimConfig.build(requests=20_000, rate=6.0, decode=2, link="slow", prompt=64.0, prompt_cv=0.0,
+                                  output=2.0, output_cv=0.0, seed=3, catalog=(str(slow),)))
+    out = run(res)
+    service = float(res.link.latency + 64 * 131072 / res.link.bandwidth)
+    rho = 6.0 * service
+    wq = rho * service / (2 * (1 - rho))
+    waits = (out.kv_start - out.first_token)[1000:]
+    assert abs(float(np.mean(waits)) - wq) / wq < 0.06
+    assert (out.prefill_start == out.arrival).mean() > 0.95  # the prefill rarely queues
+
+
+def test_summary_has_the_documented_keys() -> None:
+    s = simulate(requests=100).summary
+    for key in ("completed", "rejected", "horizon_s", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p99",
+                "e2e_p99", "handoff_p99", "slo_attainment", "goodput_rps", "output_tok_per_s", "j_per_token",
+                "avg_power_w", "link_busy", "link_j_per_request", "kv_share_of_e2e"):
+        assert isinstance(s[key], (int, float)) and not math.isnan(s[key]), key
