@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from kvcargo import catalog
-from kvcargo.cost import Pool, decode_step, kv_capacity, power_w, prefill_step, require_fit, shape, silicon_cost_usd
+from kvcargo.cost import (
+    Pool,
+    decode_step,
+    kv_capacity,
+    power_w,
+    prefill_step,
+    require_fit,
+    shape,
+    silicon_cost_usd,
+)
 from kvcargo.errors import KvcargoError
 
 CAT = catalog.builtin()

@@ -84,7 +84,7 @@ def steady_requests(out: EngineOutput) -> np.ndarray:
 
 def stage_times(out: EngineOutput) -> dict[str, np.ndarray]:
     """Per-request stage durations (absent stages are 0); they sum to the end-to-end latency."""
-    
+
     def gap(end: np.ndarray, start: np.ndarray) -> np.ndarray:
         d = end - start
         return np.where(np.isnan(d), 0.0, d)
