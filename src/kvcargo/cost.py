@@ -57,18 +57,67 @@ class Shape:
     row_bytes: float
     """One embedding row, read per token."""
     kv_per_token: int
-    """KV-cache bytes per token (every layer's keys and values)."""
+    """KV-cache bytes per token (every layer's keys and values; for sliding-window layers the
+    bytes of a token inside the window: decode memory and reads use this uncapped figure)."""
+    window: int | None = None
+    """Sliding window of the windowed layers (tokens); ``None``: full attention everywhere."""
+    window_kv_per_token: int = 0
+    """The part of ``kv_per_token`` held by the windowed layers (capped at ``window`` tokens)."""
 
-    def handoff_bytes(self, prompt_tokens: int) -> int:
-        """Bytes handed from prefill to decode for a prompt: ``s · KV_tok``."""
-        return prompt_tokens * self.kv_per_token
+    def handoff_bytes(self, prompt_tokens: int | np.ndarray) -> int | np.ndarray:
+        """Bytes handed from prefill to decode for a prompt (a whole number or an integer array):
+        ``s · KV_tok``; with sliding-window layers, those layers hand off ``min(s, window)``
+        tokens each."""
+        if self.window is None:
+            return prompt_tokens * self.kv_per_token
+        full = self.kv_per_token - self.window_kv_per_token
+        if isinstance(prompt_tokens, np.ndarray):
+            kept = np.minimum(prompt_tokens, self.window)
+        else:
+            kept = min(prompt_tokens, self.window)
+        return prompt_tokens * full + kept * self.window_kv_per_token
+
+    @property
+    def p_active(self) -> int:
+        """Parameters a token activates: its layers (active experts only), embedding, LM head."""
+        return self.p_layers + 2 * self.model.vocab * self.model.d_model
+
+    def kv_per_token_per_device(self, n: int) -> int:
+        """KV bytes per token on each of ``n`` tensor-parallel devices: K/V heads are split
+        (a device keeps at least one head), an MLA latent is not split (every device keeps it)."""
+        m = self.model
+        if m.kv_layout == "mla" or n <= 1:
+            return self.kv_per_token
+        heads = -(-m.kv_heads // n)
+        return int(2 * m.layers * heads * m.head_dim * m.kv_bytes)
+
+
+def attention_params(model: Model) -> int:
+    """Parameters of one attention block (no norms, no biases).
+
+    MHA/GQA (§1.2): ``2d² + 2d·kv`` (q and o are d×d); a model whose catalog entry gives an
+    explicit ``head_dim`` with ``heads·head_dim ≠ d`` (Gemma) uses ``2d·heads·head_dim``
+    instead. MLA: the low-rank query (or a full one), the KV down-projection to the latent and
+    the RoPE key, the latent's up-projection to keys and values, and the output projection.
+    """
+    d, h = model.d_model, model.heads
+    if model.kv_layout == "mla":
+        qk = model.qk_nope_dim + model.qk_rope_dim
+        q = d * model.q_lora_rank + model.q_lora_rank * h * qk if model.q_lora_rank else d * h * qk
+        kv = d * (model.kv_lora_rank + model.qk_rope_dim) + model.kv_lora_rank * h * (model.qk_nope_dim
+                                                                                      + model.v_head_dim)
+        return q + kv + h * model.v_head_dim * d
+    q_width = d
+    if "head_dim" in model.model_fields_set and h * model.head_dim != d:
+        q_width = h * model.head_dim
+    return 2 * d * q_width + 2 * d * model.kv_heads * model.head_dim
 
 
 @cache
 def shape(model: Model) -> Shape:
     """Parameter counts and KV bytes per token of a model."""
-    d, kv = model.d_model, model.kv_heads * model.head_dim
-    attn = 2 * d * d + 2 * d * kv
+    d = model.d_model
+    attn = attention_params(model)
     mlp = 3 * d * model.d_ff
     if model.experts:
         router = d * model.experts
@@ -78,10 +127,24 @@ def shape(model: Model) -> Shape:
         p_layer = p_layer_all = attn + mlp
     p_layers = model.layers * p_layer
     p_total = model.layers * p_layer_all + 2 * model.vocab * d
+    if model.dense_layers:  # leading dense layers of a mixture of experts (DeepSeek-V3)
+        dense = attn + 3 * d * (model.d_ff_dense or (model.top_k + model.shared_experts) * model.d_ff)
+        p_layers += model.dense_layers * (dense - p_layer)
+        p_total += model.dense_layers * (dense - p_layer_all)
     p_mm = p_layers + model.vocab * d
-    kv_tok = 2 * model.layers * model.kv_heads * model.head_dim * model.kv_bytes
-    if kv_tok != int(kv_tok):
+    if model.kv_layout == "mla":  # one latent per layer and token, no separate K and V
+        kv_layer = (model.kv_lora_rank + model.qk_rope_dim) * model.kv_bytes
+        kv_tok = model.layers * kv_layer
+    else:
+        kv_layer = 2 * model.kv_heads * model.head_dim * model.kv_bytes
+        kv_tok = 2 * model.layers * model.kv_heads * model.head_dim * model.kv_bytes
+    if kv_tok != int(kv_tok) or kv_layer != int(kv_layer):
         raise KvcargoError(f"model {model.key!r}: KV bytes per token must be a whole number")
+    window, window_kv = None, 0
+    if model.sliding_window is not None:
+        window = model.sliding_window
+        n_win = model.layers if model.window_layers is None else model.window_layers
+        window_kv = n_win * int(kv_layer)
     return Shape(
         model=model,
         p_layer=p_layer,
@@ -92,6 +155,8 @@ def shape(model: Model) -> Shape:
         w_str=p_mm * model.weight_bytes,
         row_bytes=d * model.weight_bytes,
         kv_per_token=int(kv_tok),
+        window=window,
+        window_kv_per_token=window_kv,
     )
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -49,6 +49,33 @@ class Model(_Entry):
     top_k: NonNegInt = 0
     shared_experts: NonNegInt = 0
     notes: str = ""
+    # KV layouts beyond the reference (every field optional; the defaults are the reference's
+    # full-attention MHA/GQA model, so the presets of §1.1 keep their numbers exactly).
+    kv_layout: Literal["mha", "gqa", "mla"] | None = None
+    """``mha``: one K and one V head per query head; ``gqa``: ``kv_heads`` shared K/V heads;
+    ``mla``: multi-head latent attention (DeepSeek), one latent of ``kv_lora_rank + qk_rope_dim``
+    values per layer and token, not split by tensor parallelism. Default: ``mha`` when
+    ``kv_heads == heads``, else ``gqa``."""
+    kv_lora_rank: PositiveInt | None = None
+    """MLA: width of the compressed KV latent (DeepSeek-V3: 512)."""
+    qk_rope_dim: PositiveInt | None = None
+    """MLA: width of the decoupled RoPE key, cached beside the latent (DeepSeek-V3: 64)."""
+    qk_nope_dim: PositiveInt | None = None
+    """MLA: per-head query/key width without RoPE (parameter count only)."""
+    v_head_dim: PositiveInt | None = None
+    """MLA: per-head value width (parameter count only)."""
+    q_lora_rank: PositiveInt | None = None
+    """MLA: rank of the low-rank query projection (none: a full d × heads·(nope+rope) one)."""
+    sliding_window: PositiveInt | None = None
+    """Tokens a sliding-window attention layer keeps: the hand-off of those layers is capped at
+    this many tokens. Unset: full attention everywhere (the reference, Mistral-7B included)."""
+    window_layers: NonNegInt | None = None
+    """How many of the layers use the sliding window (default: all of them when
+    ``sliding_window`` is set; Gemma-2 alternates, so half)."""
+    dense_layers: NonNegInt = 0
+    """Mixture of experts: leading layers with a dense MLP instead of experts (DeepSeek-V3: 3)."""
+    d_ff_dense: PositiveInt | None = None
+    """MLP width of those dense layers (default ``(top_k + shared_experts) · d_ff``)."""
 
     @model_validator(mode="after")
     def _check(self) -> Model:
@@ -58,7 +85,33 @@ class Model(_Entry):
             raise ValueError("kv_heads must not exceed heads")
         if self.experts and not 0 < self.top_k <= self.experts:
             raise ValueError("a mixture of experts needs 0 < top_k <= experts")
+        self._check_layout()
         return self
+
+    def _check_layout(self) -> None:
+        mla_fields = ("kv_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_head_dim")
+        if self.kv_layout is None:
+            object.__setattr__(self, "kv_layout", "mha" if self.kv_heads == self.heads else "gqa")
+        if self.kv_layout == "mha" and self.kv_heads != self.heads:
+            raise ValueError("kv_layout 'mha' needs kv_heads == heads (use 'gqa')")
+        if self.kv_layout == "mla":
+            missing = [f for f in mla_fields if getattr(self, f) is None]
+            if missing:
+                raise ValueError("kv_layout 'mla' needs " + ", ".join(missing))
+        elif any(getattr(self, f) is not None for f in (*mla_fields, "q_lora_rank")):
+            raise ValueError("kv_lora_rank, qk_rope_dim, qk_nope_dim, v_head_dim and q_lora_rank "
+                             "apply only to kv_layout 'mla'")
+        if self.window_layers is not None:
+            if self.sliding_window is None:
+                raise ValueError("window_layers needs sliding_window")
+            if self.window_layers > self.layers:
+                raise ValueError("window_layers must not exceed layers")
+        if self.dense_layers and not self.experts:
+            raise ValueError("dense_layers applies only to a mixture of experts")
+        if self.dense_layers > self.layers:
+            raise ValueError("dense_layers must not exceed layers")
+        if self.d_ff_dense is not None and not self.dense_layers:
+            raise ValueError("d_ff_dense needs dense_layers")
 
 
 class Device(_Entry):

@@ -63,7 +63,7 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     w = res.workload
     prompt = np.ascontiguousarray(w.prompt, dtype=np.int64)
     n = len(prompt)
-    kv_bytes = prompt * shape(res.model).kv_per_token
+    kv_bytes = shape(res.model).handoff_bytes(prompt)
     rf = np.zeros((n, 6))
     rf[:, S.ARRIVAL_T] = w.arrival
     endpoint = False
