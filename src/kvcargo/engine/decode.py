@@ -87,7 +87,7 @@ def join_batch(st, pr, d, r):
     heap_push(st.fin, st.d, d, st.d[d, D_STEPS] + pr.ri[r, OUTPUT] - 2, r)
 
 
-@kernel
+@kernel(inline=True)
 def decode_admit(st, pr, d):
     """Admit from the queue head while the batch has room and the KV fits (strict FIFO)."""
     r = st.d[d, D_HEAD]
@@ -106,7 +106,7 @@ def decode_admit(st, pr, d):
         st.d[d, D_TAIL] = -1
 
 
-@kernel
+@kernel(inline=True)
 def decode_step_begin(st, pr, d):
     """Start one decode step over the running batch; returns its end time."""
     now = st.f[F_NOW]
@@ -125,7 +125,7 @@ def decode_step_begin(st, pr, d):
     return now + dt
 
 
-@kernel
+@kernel(inline=True)
 def decode_step_end(st, pr, d):
     """Every running sequence got a token; finish those that reached their output length."""
     k = st.d[d, D_STEPS]
@@ -142,7 +142,7 @@ def decode_step_end(st, pr, d):
         finish_request(st, r)
 
 
-@kernel
+@kernel(inline=True)
 def decode_begin(st, pr, d):
     """At a step boundary: admit, then start a step (returns its end) or sleep (returns -1)."""
     decode_admit(st, pr, d)

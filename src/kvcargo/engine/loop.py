@@ -51,7 +51,7 @@ def arrive(st, pr, r):
         schedule(st, now + max(0.0, pr.rf[r + 1, ARRIVAL_T] - now), ARRIVAL, r + 1)
 
 
-@kernel
+@kernel(inline=True)
 def begin_step(st, pr, d):
     """At a step boundary of instance ``d``: start a step (returns its end) or sleep (-1)."""
     if pr.ints[P_COLOCATED]:
@@ -59,7 +59,7 @@ def begin_step(st, pr, d):
     return decode_begin(st, pr, d)
 
 
-@kernel
+@kernel(inline=True)
 def after_step(st, pr, d):
     """End the step in flight on instance ``d``, then begin the next one."""
     if pr.ints[P_COLOCATED]:
