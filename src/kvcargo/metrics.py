@@ -61,7 +61,7 @@ def describe_weighted(values: np.ndarray, weights: np.ndarray, prefix: str) -> d
     """As :func:`describe` for a sample where ``values[i]`` occurs ``weights[i]`` times."""
     keep = weights > 0
     v, w = values[keep], weights[keep]
-    order = np.argsort(v, kind="stable")
+    order = np.argsort(v)  # ties need no order: equal values are interchangeable
     v, w = v[order], w[order]
     cum = np.cumsum(w)
     n = int(cum[-1]) if len(cum) else 0
