@@ -68,6 +68,36 @@ class SimConfig(BaseModel):
     decode_power_cap: Positive | None = None
     dvfs: bool = False
     workload_file: str | None = None
+    # Trace replay (with workload_file); see kvcargo.workload.traces.
+    time_scale: Positive | None = None
+    """Multiply the trace's arrival times by this (0.5 replays twice as fast)."""
+    limit: Count | None = None
+    """Replay only the first N requests of the trace (after ``window``)."""
+    window: str | None = None
+    """Replay only the requests arriving in ``START:END`` seconds of the trace (``600:``, ``:300``)."""
+    arrival_col: str | None = None
+    """Trace column (CSV header or JSON key) holding arrival times, for files in other layouts."""
+    prompt_col: str | None = None
+    """Trace column holding prompt lengths (tokens)."""
+    output_col: str | None = None
+    """Trace column holding output lengths (tokens)."""
+    time_unit: Literal["s", "ms", "us", "ns"] | None = None
+    """Unit of numeric arrival times in the trace (default: the format's; Mooncake: ms)."""
+
+    @model_validator(mode="after")
+    def _check_trace(self) -> SimConfig:
+        trace_only = ("time_scale", "limit", "window", "arrival_col", "prompt_col", "output_col", "time_unit")
+        given = [f for f in trace_only if getattr(self, f) is not None]
+        if given and self.workload_file is None:
+            raise ValueError(f"--{given[0].replace('_', '-')} applies only to a trace (--workload-file)")
+        if self.time_scale is not None and self.rate is not None:
+            raise ValueError("--time-scale and --rate both set the replay speed: give one")
+        if self.window is not None:
+            from kvcargo.workload.traces import parse_window
+
+            parse_window(self.window)
+        return self
+
     lm_head: LmHead = "all"
     token_budget: Count = 8192
     max_batch: Count = 256
@@ -186,9 +216,12 @@ def resolve(config: SimConfig, workload: Workload | None = None) -> Resolved:
 def load_workload(config: SimConfig) -> Workload:
     """The request stream: a trace file when given, else the seeded generator."""
     if config.workload_file:
-        from kvcargo.workload.traces import read_trace
+        from kvcargo.workload.traces import read_trace, transform
 
-        return read_trace(config.workload_file)
+        c = config
+        trace = read_trace(c.workload_file, arrival_col=c.arrival_col, prompt_col=c.prompt_col,
+                           output_col=c.output_col, time_unit=c.time_unit)
+        return transform(trace, time_scale=c.time_scale, rate=c.rate, limit=c.limit, window=c.window)
     return generate(
         config.requests, config.arrival_rate,
         LengthDist(config.prompt, config.prompt_cv), LengthDist(config.output, config.output_cv),

@@ -19,9 +19,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from kvcargo.cli import catalog, handoff, reproduce, simulate
+    from kvcargo.cli import catalog, handoff, reproduce, simulate, trace_stats, validate
 
-    for module in (handoff, catalog, simulate, reproduce):
+    for module in (handoff, catalog, simulate, reproduce, trace_stats, validate):
         cli.add_command(module.command)
 
 
