@@ -101,6 +101,23 @@ class SimConfig(BaseModel):
     lm_head: LmHead = "all"
     token_budget: Count = 8192
     max_batch: Count = 256
+    # Beyond the reference (opt-in; the defaults are the reference's behaviour). See docs/modelling.md.
+    kv_ratio: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
+    """Wire ratio of the ``ratio`` codec (an entropy coder such as CacheGen's)."""
+    send: Literal["whole", "layerwise"] = "whole"
+    """Send each KV cache after its prefill step (reference) or stream it layer by layer."""
+    layer_groups: Count | None = None
+    """Layer-wise streaming in this many slices per prefill step (default: one per layer)."""
+    topology: Literal["shared", "nic", "nvlink-domain"] = "shared"
+    """One cluster-wide link (reference), a NIC per instance, or NVLink domains plus the link."""
+    link_sharing: Literal["fcfs", "fair"] = "fcfs"
+    """Whole transfers in turn on each channel (reference) or max-min fair bandwidth sharing."""
+    nics_per_instance: Count = 1
+    """With ``--topology nic``: NICs (rails) per instance, each of the link's bandwidth."""
+    domain_size: Count = 8
+    """With ``--topology nvlink-domain``: GPUs per NVLink domain."""
+    kv_reserve: Literal["at-decode", "at-transfer"] = "at-decode"
+    """Reserve decode KV at admission (reference) or before the transfer (pull model)."""
     catalog: tuple[str, ...] = ()
     """Extra catalog TOML files, in order."""
 
@@ -110,6 +127,12 @@ class SimConfig(BaseModel):
             raise ValueError("KV compression needs a hand-off: use --mode disagg or drop --kv-compress")
         if self.kv_keep is not None and self.kv_compress != "freq-keep-k":
             raise ValueError("--kv-keep applies only to --kv-compress freq-keep-k")
+        if self.mode == "colocated" and (self.send != "whole" or self.topology != "shared"
+                                         or self.link_sharing != "fcfs" or self.kv_reserve != "at-decode"):
+            raise ValueError("--send, --topology, --link-sharing and --kv-reserve shape the hand-off: "
+                             "they need --mode disagg")
+        if self.layer_groups is not None and self.send != "layerwise":
+            raise ValueError("--layer-groups applies only to --send layerwise")
         return self
 
     @classmethod
@@ -204,7 +227,7 @@ def resolve(config: SimConfig, workload: Workload | None = None) -> Resolved:
     link = cat.link(c.link)
     compression = None
     if c.kv_compress is not None:
-        compression = Compression(cat.codec(c.kv_compress), c.kv_compress_at, c.kv_keep)
+        compression = Compression(cat.codec(c.kv_compress), c.kv_compress_at, c.kv_keep, c.kv_ratio)
         if compression.at == "endpoint" and compression.is_identity:
             compression = None  # nothing to do on the GPU, and no in-transit stage either
     if workload is None:

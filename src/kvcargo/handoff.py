@@ -38,12 +38,16 @@ class Compression:
     """A compression stage on the hand-off: a codec and where it runs.
 
     ``transit``: in the link (budget tied to line rate, 1 µs, 1 pJ per input bit, no GPU cost).
-    ``endpoint``: an extra elementwise pass on the prefill GPU before sending.
+    ``endpoint``: an extra elementwise pass on the prefill GPU before sending. Either way a codec
+    with a decode cost charges it to the decode instance's first step of the request.
     """
 
     codec: Codec
     at: Placement = "transit"
     keep: float | None = None
+    """freq-keep-k: fraction of coefficients kept (ratio 1/keep)."""
+    given_ratio: float | None = None
+    """The ``ratio`` codec: the wire ratio the user measured."""
 
     def __post_init__(self) -> None:
         if self.at not in ("transit", "endpoint"):
@@ -53,16 +57,48 @@ class Compression:
                 raise KvcargoError(f"--kv-keep applies only to freq-keep-k, not {self.codec.key!r}")
             if not 0 < self.keep <= 1:
                 raise KvcargoError(f"--kv-keep must be in (0, 1], got {self.keep:g}")
+        if self.given_ratio is not None:
+            if self.codec.kind != "ratio":
+                raise KvcargoError(f"--kv-ratio applies only to a 'ratio' codec, not {self.codec.key!r}")
+            if not self.given_ratio >= 1:
+                raise KvcargoError(f"--kv-ratio must be >= 1, got {self.given_ratio:g}")
 
     @property
     def ratio(self) -> float:
-        """Bytes in / bytes on the wire."""
-        return 1.0 / self.keep if self.keep is not None else self.codec.ratio
+        """Bytes in / bytes on the wire (for KIVI: of the quantised part; see :meth:`wire_bytes`)."""
+        if self.keep is not None:
+            return 1.0 / self.keep
+        if self.given_ratio is not None:
+            return self.given_ratio
+        if self.codec.kind == "kivi":
+            c = self.codec
+            return 16 / (c.bits + 32 / c.group)
+        return self.codec.ratio
 
     @property
     def is_identity(self) -> bool:
         """A codec that changes nothing (``none``): at the endpoint it is no stage at all."""
-        return self.ratio == 1.0 and self.codec.ops_per_value == 0 and not self.codec.fft
+        return (self.codec.kind == "fixed" and self.ratio == 1.0 and self.codec.ops_per_value == 0
+                and self.codec.decode_ops_per_value == 0 and not self.codec.fft)
+
+    def wire_bytes(self, nbytes: np.ndarray, prompt: np.ndarray, kv_value_bytes: float) -> np.ndarray:
+        """Bytes on the wire for hand-offs of ``nbytes`` (prompts of ``prompt`` tokens).
+
+        KIVI keeps the most recent ``residual`` tokens in full precision and quantises the rest
+        to ``bits`` bits per value plus an FP16 scale and zero point per group of ``group``.
+        """
+        n = np.asarray(nbytes, dtype=np.float64)
+        if self.codec.kind != "kivi":
+            return n / self.ratio
+        c = self.codec
+        p = np.asarray(prompt, dtype=np.float64)
+        recent = np.minimum(p, c.residual) / p
+        return n * ((1 - recent) * (c.bits + 32 / c.group) / (8 * kv_value_bytes) + recent)
+
+    def decode_work(self, nbytes: np.ndarray, wire: np.ndarray, kv_value_bytes: float) -> tuple[np.ndarray, np.ndarray]:
+        """(ops, bytes) of decompressing on the decode GPU: read the wire copy, write BF16."""
+        n = np.asarray(nbytes, dtype=np.float64)
+        return self.codec.decode_ops_per_value * (n / kv_value_bytes), wire + n
 
 
 def fft_ops_per_value(prompt: np.ndarray) -> np.ndarray:
@@ -78,29 +114,46 @@ class Transfers:
     """Per-request link figures (arrays aligned with the requests)."""
 
     duration: np.ndarray
-    """Seconds a link channel is held."""
+    """Seconds a whole hand-off holds a link channel."""
     wire_bytes: np.ndarray
     link_j: np.ndarray
     transit_j: np.ndarray
     transit_bound: np.ndarray
     """True where the in-transit stage's compute, not the wire, set the duration."""
+    slice_time: np.ndarray
+    """Layer-wise streaming: seconds each of the ``groups`` slices holds a channel."""
+    last_extra: np.ndarray
+    """Layer-wise streaming: latency the last slice adds (the link's, and the stage's)."""
 
 
-def transfers(link: Link, compression: Compression | None, nbytes: np.ndarray, kv_value_bytes: float) -> Transfers:
-    """Link time, wire bytes and energy of hand-offs of ``nbytes`` each (§4, §5)."""
+def transfers(link: Link, compression: Compression | None, nbytes: np.ndarray, kv_value_bytes: float,
+              prompt: np.ndarray | None = None, groups: int = 1) -> Transfers:
+    """Link time, wire bytes and energy of hand-offs of ``nbytes`` each (§4, §5).
+
+    Whole: ``latency + bytes/bandwidth`` (in transit also 1 µs + the larger of wire and compute
+    time). Sliced in ``groups``: each slice takes its share of the wire (or compute) time and the
+    latencies are paid once, by the last slice.
+    """
     n = np.asarray(nbytes, dtype=np.float64)
     zeros = np.zeros_like(n)
+    latency = link.latency
     if compression is None:
-        return Transfers(link.latency + n / link.bandwidth, n, n * 8 * link.pj_per_bit * 1e-12,
-                         zeros, zeros.astype(bool))
-    wire = n / compression.ratio
-    link_j = wire * 8 * link.pj_per_bit * 1e-12
-    t_wire = wire / link.bandwidth
-    if compression.at == "endpoint":
-        return Transfers(link.latency + t_wire, wire, link_j, zeros, zeros.astype(bool))
-    t_ops = (compression.codec.ops_per_value * (n / kv_value_bytes)) / (TRANSIT_OPS_PER_BYTE * link.bandwidth)
-    duration = link.latency + TRANSIT_LATENCY_S + np.maximum(t_wire, t_ops)
-    return Transfers(duration, wire, link_j, n * 8 * TRANSIT_PJ_PER_BIT * 1e-12, t_ops > t_wire)
+        wire, t_ops, transit_j = n, zeros, zeros
+        duration = link.latency + n / link.bandwidth
+    else:
+        wire = compression.wire_bytes(n, n if prompt is None else prompt, kv_value_bytes)
+        t_wire = wire / link.bandwidth
+        if compression.at == "endpoint":
+            t_ops, transit_j = zeros, zeros
+            duration = link.latency + t_wire
+        else:
+            t_ops = (compression.codec.ops_per_value * (n / kv_value_bytes)) / (TRANSIT_OPS_PER_BYTE * link.bandwidth)
+            duration = link.latency + TRANSIT_LATENCY_S + np.maximum(t_wire, t_ops)
+            transit_j = n * 8 * TRANSIT_PJ_PER_BIT * 1e-12
+            latency = link.latency + TRANSIT_LATENCY_S
+    slice_time = np.maximum(wire / link.bandwidth, t_ops) / groups
+    return Transfers(duration, wire, wire * 8 * link.pj_per_bit * 1e-12, transit_j, t_ops > wire / link.bandwidth,
+                     slice_time, latency + zeros)
 
 
 def endpoint_work(compression: Compression, nbytes: np.ndarray, prompt: np.ndarray,
@@ -109,7 +162,7 @@ def endpoint_work(compression: Compression, nbytes: np.ndarray, prompt: np.ndarr
     n = np.asarray(nbytes, dtype=np.float64)
     per_value = compression.codec.ops_per_value + (
         fft_ops_per_value(prompt) if compression.codec.fft else 0.0)
-    return per_value * (n / kv_value_bytes), n + n / compression.ratio
+    return per_value * (n / kv_value_bytes), n + compression.wire_bytes(n, prompt, kv_value_bytes)
 
 
 # ---------------------------------------------------------------------------- the calculator
@@ -164,6 +217,9 @@ def calculate(model: Model, prompt: int, link: Link, pool: Pool, compression: Co
     kv = s.handoff_bytes(prompt)
     ratio = compression.ratio if compression else 1.0
     wire = kv / ratio
+    if compression is not None and compression.codec.kind == "kivi":  # the ratio depends on the prompt
+        wire = float(compression.wire_bytes(np.array([kv]), np.array([prompt]), model.kv_bytes)[0])
+        ratio = kv / wire
     wire_s = wire / link.bandwidth
     prefill_s = prefill_step(model, pool, [prompt]).time
     return HandoffResult(

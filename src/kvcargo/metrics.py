@@ -93,8 +93,10 @@ def stage_times(out: EngineOutput) -> dict[str, np.ndarray]:
     return {
         "prefill_queue": gap(out.prefill_start, out.arrival),
         "prefill": gap(out.first_token, out.prefill_start),
-        "kv_wait": gap(out.kv_start, out.first_token),
-        "kv_transfer": gap(out.kv_ready, out.kv_start),
+        # streamed layer by layer, a hand-off can start before the first token: its wait is 0
+        # and only the part after the first token counts as transfer
+        "kv_wait": np.maximum(gap(out.kv_start, out.first_token), 0.0),
+        "kv_transfer": gap(out.kv_ready, np.fmax(out.kv_start, out.first_token)),
         "decode_queue": gap(out.decode_start, landed),
         "decode": gap(out.finish, out.decode_start),
     }
@@ -146,6 +148,11 @@ def summarize(out: EngineOutput) -> dict[str, Any]:
     s |= describe_weighted(*itl_sample(out, steady), "itl") | describe(e2e, "e2e")
     xfer = ~np.isnan(out.kv_ready)
     s |= describe((out.kv_ready - out.first_token)[xfer], "handoff")
+    if res.config.send == "layerwise":  # the same quantity, named for what streaming changes
+        s |= describe((out.kv_ready - out.first_token)[xfer], "exposed")
+    if res.config.kv_reserve == "at-transfer":
+        asked = ~np.isnan(out.want_memory)
+        s |= describe((out.reserved - out.want_memory)[asked], "memory_wait")
 
     tpot_ok = np.where(out.output[steady] >= 2, tpot_all[steady] <= cfg.tpot_slo, True)
     met = int(np.count_nonzero((ttft <= cfg.ttft_slo) & tpot_ok))
@@ -196,7 +203,7 @@ def _link(out: EngineOutput) -> dict[str, Any]:
     n = out.transfers
     return {
         "transfers": n,
-        "link_busy": out.link_busy_s / (res.channels * H) if H > 0 else math.nan,
+        "link_busy": _network_busy(out),
         "link_bytes": float(wire.sum()),
         "link_gbps": float(wire.sum()) / H / 1e9 if H > 0 else math.nan,
         "link_mean_wait_s": float(np.sum((out.kv_start - out.first_token)[moved])) / n if n else 0.0,
@@ -205,6 +212,18 @@ def _link(out: EngineOutput) -> dict[str, Any]:
         "link_j_per_request": (out.link_j + out.transit_j) / max(1, n),
         "transit_bound_share": float(np.mean(out.transit_bound[moved])) if n else 0.0,
     }
+
+
+def _network_busy(out: EngineOutput) -> float:
+    """Share of time the network's channels carry KV: the cluster link's (reference), or with
+    ``--topology nic`` the prefill instances' NICs (every transfer leaves through one)."""
+    res = out.resolved
+    if out.horizon <= 0:
+        return math.nan
+    if res.config.topology == "nic":
+        tx = slice(1, 1 + res.n_prefill)
+        return float(out.port_busy[tx].sum()) / (float(out.port_channels[tx].sum()) * out.horizon)
+    return out.link_busy_s / (res.channels * out.horizon)
 
 
 def _pools(out: EngineOutput) -> list[tuple[str, Any]]:
@@ -257,6 +276,9 @@ def _instances(out: EngineOutput) -> list[dict[str, Any]]:
             "mean_batch": mean_batch,
             "avg_power_w": pool.idle_w + (row[S_EC] + row[S_EM]) / H if H > 0 else math.nan,
         })
+        if i < n_pre and out.resolved.config.kv_reserve == "at-transfer":
+            rows[-1]["kv_held_mean"] = float(out.kv_held[i, 0]) / H if H > 0 else math.nan
+            rows[-1]["kv_held_peak"] = float(out.kv_held[i, 1])
     return rows
 
 

@@ -152,12 +152,33 @@ class Link(_Entry):
 
 
 class Codec(_Entry):
-    """A KV hand-off codec (§5): wire ratio and encode work per BF16 value."""
+    """A KV hand-off codec (§5): wire ratio, encode and decode work per BF16 value.
 
-    ratio: Annotated[float, Field(ge=1)]
+    ``kind``: ``fixed`` (a constant ratio), ``ratio`` (the user gives it with ``--kv-ratio``;
+    ``ratio`` is the default) or ``kivi`` (``bits`` per value plus an FP16 scale and zero point
+    per ``group`` values; the last ``residual`` tokens stay in BF16: the ratio depends on the
+    prompt). Accuracy is not modelled.
+    """
+
+    kind: Literal["fixed", "ratio", "kivi"] = "fixed"
+    ratio: Annotated[float, Field(ge=1)] = 1.0
     ops_per_value: NonNegFloat = 0.0
+    decode_ops_per_value: NonNegFloat = 0.0
+    """Decompression work, charged to the decode instance's first step of the request."""
     fft: bool = False
     keep_adjustable: bool = False
+    bits: PositiveInt | None = None
+    group: PositiveInt | None = None
+    residual: NonNegInt | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Codec:
+        kivi = (self.bits, self.group, self.residual)
+        if self.kind == "kivi" and None in kivi:
+            raise ValueError("a kivi codec needs bits, group and residual")
+        if self.kind != "kivi" and any(v is not None for v in kivi):
+            raise ValueError("bits, group and residual apply only to kind 'kivi'")
+        return self
 
 
 KINDS: dict[str, type[_Entry]] = {"models": Model, "devices": Device, "links": Link, "codecs": Codec}

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvcargo.config import Resolved
-from kvcargo.cost import model_coefficients, shape
+from kvcargo.cost import kv_capacity, model_coefficients, shape
 from kvcargo.engine import state as S
 from kvcargo.engine.loop import run_events
-from kvcargo.engine.state import Params, by_reference, new_state, with_log_capacity
+from kvcargo.engine.state import Params, by_reference, grown, new_state
 from kvcargo.handoff import Transfers, endpoint_work, transfers
 
 
@@ -44,12 +44,22 @@ class EngineOutput:
     """Per request: ordinal of its first decode step on its decode instance."""
     stats: np.ndarray
     """Per instance (prefill first): busy s, FLOPs, bytes, compute J, memory J, steps."""
+    kv_held: np.ndarray
+    """Per prefill instance with ``--kv-reserve at-transfer``: KV tokens held, time integral and
+    peak."""
+    want_memory: np.ndarray
+    reserved: np.ndarray
+    """With ``--kv-reserve at-transfer``: when each hand-off asked for decode memory, and got it."""
     steps: np.ndarray
     """Decode steps in the order they ended: columns start, end."""
     step_inst: np.ndarray
     """Per logged step: instance index (within the decode or colocated pool) and batch size."""
     horizon: float
     transfers: int
+    port_busy: np.ndarray
+    """Seconds of transfer per port: the cluster link, then per prefill and decode instance a NIC
+    or NVLink port (``--topology``)."""
+    port_channels: np.ndarray
     link_busy_s: float
     link_j: float
     transit_j: float
@@ -58,41 +68,80 @@ class EngineOutput:
     """Per request: bytes its hand-off puts on the wire."""
 
 
+def _ports(res: Resolved) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per port: bandwidth of a channel, latency, channels (port 0 is the cluster link; then a
+    NIC or NVLink port per prefill instance, then per decode instance); the NVLink domain of
+    every instance (its first GPU's, GPUs numbered prefill pool first)."""
+    c, link = res.config, res.link
+    rows = [(link.bandwidth, link.latency, res.channels)]
+    per = [res.prefill_pool.n] * res.n_prefill + [res.decode_pool.n] * res.n_decode
+    if c.topology == "nic":
+        rows += [(link.bandwidth, link.latency, c.nics_per_instance)] * len(per)
+    elif c.topology == "nvlink-domain":
+        for pool, count in ((res.prefill_pool, res.n_prefill), (res.decode_pool, res.n_decode)):
+            nv = res.catalog.link(pool.device.scale_up)
+            rows += [(nv.bandwidth, nv.latency, 1)] * count
+    first_gpu = np.concatenate([[0], np.cumsum(per)[:-1]]) if per else np.zeros(0)
+    pf = np.array(rows, dtype=np.float64)
+    return pf, (first_gpu // c.domain_size).astype(np.int64), pf[:, 2].astype(np.int64)
+
+
 def build_params(res: Resolved) -> tuple[Params, Transfers]:
     """Coefficient arrays and per-request hand-off figures for the engine."""
-    w = res.workload
+    w, c = res.workload, res.config
     prompt = np.ascontiguousarray(w.prompt, dtype=np.int64)
     n = len(prompt)
     kv_bytes = shape(res.model).handoff_bytes(prompt)
-    rf = np.zeros((n, 6))
+    groups = (c.layer_groups or res.model.layers) if c.send == "layerwise" else 1
+    rf = np.zeros((n, 14))
     rf[:, S.ARRIVAL_T] = w.arrival
-    endpoint = False
+    endpoint = dec_cost = False
+    kvb = res.model.kv_bytes
     if res.colocated:
-        xfer = transfers(res.link, None, np.zeros(n), res.model.kv_bytes)
+        xfer = transfers(res.link, None, np.zeros(n), kvb)
     else:
-        xfer = transfers(res.link, res.compression, kv_bytes, res.model.kv_bytes)
+        comp = res.compression
+        xfer = transfers(res.link, comp, kv_bytes, kvb, prompt, groups)
         rf[:, S.XFER_TIME] = xfer.duration
         rf[:, S.XFER_J] = xfer.link_j
         rf[:, S.TRANSIT_J] = xfer.transit_j
-        if res.compression is not None and res.compression.at == "endpoint":
+        rf[:, S.SLICE_TIME] = xfer.slice_time
+        rf[:, S.SLICE_EXTRA] = xfer.last_extra
+        rf[:, S.EFF_BYTES] = xfer.slice_time * groups * res.link.bandwidth
+        if c.topology == "nvlink-domain":
+            nv = transfers(res.catalog.link(res.prefill_pool.device.scale_up), comp, kv_bytes, kvb, prompt, groups)
+            rf[:, S.XFER_TIME_NV], rf[:, S.SLICE_TIME_NV], rf[:, S.XFER_J_NV] = nv.duration, nv.slice_time, nv.link_j
+        if comp is not None and comp.at == "endpoint":
             endpoint = True
-            rf[:, S.EP_OPS], rf[:, S.EP_BYTES] = endpoint_work(res.compression, kv_bytes, prompt, res.model.kv_bytes)
+            rf[:, S.EP_OPS], rf[:, S.EP_BYTES] = endpoint_work(comp, kv_bytes, prompt, kvb)
+        if comp is not None and comp.codec.decode_ops_per_value > 0:
+            dec_cost = True
+            rf[:, S.DEC_OPS], rf[:, S.DEC_BYTES] = comp.decode_work(kv_bytes, xfer.wire_bytes, kvb)
     ri = np.empty((n, 3), dtype=np.int64)
     ri[:, S.PROMPT] = prompt
     ri[:, S.OUTPUT] = w.output
     ri[:, S.QUAD] = prompt * (prompt + 1)
-    ints = np.zeros(8, dtype=np.int64)
+    pf, domain, _ = _ports(res)
+    ints = np.zeros(16, dtype=np.int64)
     ints[S.P_NPREFILL] = res.n_prefill
     ints[S.P_NDECODE] = res.n_decode
     ints[S.P_COLOCATED] = int(res.colocated)
-    ints[S.P_BUDGET] = res.config.token_budget
-    ints[S.P_MAXBATCH] = res.config.max_batch
+    ints[S.P_BUDGET] = c.token_budget
+    ints[S.P_MAXBATCH] = c.max_batch
     ints[S.P_KVCAP] = res.kv_capacity
     ints[S.P_ENDPOINT] = int(endpoint)
     ints[S.P_CHANNELS] = res.channels
-    mi, mf = model_coefficients(res.model, res.config.lm_head)
+    ints[S.P_GROUPS] = groups
+    ints[S.P_TOPOLOGY] = {"shared": S.SHARED, "nic": S.NIC, "nvlink-domain": S.DOMAIN}[c.topology]
+    ints[S.P_FAIR] = int(c.link_sharing == "fair")
+    ints[S.P_RESERVE] = int(c.kv_reserve == "at-transfer")
+    ints[S.P_EARLY] = int(c.topology != "shared" or c.kv_reserve == "at-transfer")
+    ints[S.P_DECCOST] = int(dec_cost)
+    ints[S.P_PREFILL_KVCAP] = kv_capacity(res.model, res.prefill_pool) if not res.colocated else res.kv_capacity
+    ints[S.P_NICS] = c.nics_per_instance
+    mi, mf = model_coefficients(res.model, c.lm_head)
     hf = np.stack([res.prefill_pool.coefficients(), res.decode_pool.coefficients()])
-    return Params(rf=rf, ri=ri, mi=mi, mf=mf, hf=hf, ints=ints), xfer
+    return Params(rf=rf, ri=ri, mi=mi, mf=mf, hf=hf, ints=ints, pf=pf, domain=domain), xfer
 
 
 def run(res: Resolved) -> EngineOutput:
@@ -100,14 +149,15 @@ def run(res: Resolved) -> EngineOutput:
     params, xfer = build_params(res)
     n = len(params.rf)
     n_slots = res.n_decode if res.colocated else res.n_prefill
+    _, _, channels = _ports(res)
     # A first guess at the number of decode steps (output tokens / 8); the engine pauses when
     # its log is full and resumes with a larger one.
     guess = max(1024, int(params.ri[:, S.OUTPUT].sum() // 8))
-    st = new_state(n, n_slots, res.n_decode, res.n_prefill + res.n_decode, res.config.max_batch,
-                   res.channels, guess)
+    st = new_state(n, n_slots, res.n_decode, res.n_prefill + res.n_decode, res.config.max_batch, channels,
+                   int(params.ints[S.P_GROUPS]), bool(params.ints[S.P_FAIR]), guess)
     pr = by_reference(params)
-    while run_events(by_reference(st), pr):
-        st = with_log_capacity(st, 2 * len(st.logf))
+    while (code := run_events(by_reference(st), pr)) != S.FINISHED:
+        st = grown(st, code)
     k = int(st.i[S.I_NSTEPS])
     t, r = st.t, st.r
     return EngineOutput(
@@ -117,8 +167,10 @@ def run(res: Resolved) -> EngineOutput:
         kv_ready=t[:, S.KV_READY], decode_start=t[:, S.DECODE_START], finish=t[:, S.FINISH],
         status=r[:, S.STATUS], prefill_inst=r[:, S.PREFILL_INST], decode_inst=r[:, S.DECODE_INST],
         first_step=r[:, S.FIRST_STEP], stats=st.stats[:, : S.S_STEPS + 1],
+        kv_held=st.stats[: res.n_prefill, [S.S_KV_INT, S.S_KV_PEAK]], want_memory=t[:, S.WANT_MEMORY],
+        reserved=t[:, S.RESERVED],
         steps=st.logf[:k], step_inst=st.logi[:k],
         horizon=float(st.f[S.F_NOW]), transfers=int(st.i[S.I_XFERS]),
-        link_busy_s=float(st.f[S.F_LINK_BUSY]), link_j=float(st.f[S.F_LINK_J]),
+        port_busy=st.port_busy, port_channels=channels, link_busy_s=float(st.port_busy[0]), link_j=float(st.f[S.F_LINK_J]),
         transit_j=float(st.f[S.F_TRANSIT_J]), transit_bound=xfer.transit_bound, wire_bytes=xfer.wire_bytes,
     )

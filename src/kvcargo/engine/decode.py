@@ -13,7 +13,7 @@ from __future__ import annotations
 from kvcargo._jit import kernel
 from kvcargo.engine.events import finish_request, log_step, schedule
 from kvcargo.engine.finheap import heap_pop, heap_push
-from kvcargo.engine.kernels import decode_work, roofline
+from kvcargo.engine.kernels import decode_work, elementwise_pass, roofline
 from kvcargo.engine.state import (
     BUSY,
     D_CONTEXT,
@@ -25,6 +25,8 @@ from kvcargo.engine.state import (
     D_STATE,
     D_STEPS,
     D_TAIL,
+    DEC_BYTES,
+    DEC_OPS,
     DECODE_INST,
     DECODE_START,
     DECODE_WAKE,
@@ -32,9 +34,11 @@ from kvcargo.engine.state import (
     FIRST_STEP,
     IDLE,
     OUTPUT,
+    P_DECCOST,
     P_KVCAP,
     P_MAXBATCH,
     P_NPREFILL,
+    P_RESERVE,
     PROMPT,
     QNEXT,
     S_BUSY,
@@ -42,23 +46,12 @@ from kvcargo.engine.state import (
     S_EC,
     S_EM,
     S_FLOPS,
+    S_PEND_BYTES,
+    S_PEND_OPS,
     S_STEP_START,
     S_STEPS,
     WAKING,
 )
-
-
-@kernel(inline=True)
-def route_decode(st):
-    """The instance with the fewest queued + running requests (ties: lowest index)."""
-    best = 0
-    best_load = st.d[0, D_QUEUED] + st.d[0, D_RUNNING]
-    for d in range(1, st.d.shape[0]):
-        load = st.d[d, D_QUEUED] + st.d[d, D_RUNNING]
-        if load < best_load:
-            best = d
-            best_load = load
-    return best
 
 
 @kernel
@@ -79,7 +72,12 @@ def decode_submit(st, d, r):
 
 @kernel(inline=True)
 def join_batch(st, pr, d, r):
-    """A request starts decoding on instance ``d`` with its first token already out."""
+    """A request starts decoding on instance ``d`` with its first token already out (its
+    decompression, if the codec has a cost, joins the instance's next step)."""
+    if pr.ints[P_DECCOST]:
+        row = pr.ints[P_NPREFILL] + d
+        st.stats[row, S_PEND_OPS] += pr.rf[r, DEC_OPS]
+        st.stats[row, S_PEND_BYTES] += pr.rf[r, DEC_BYTES]
     st.d[d, D_RUNNING] += 1
     st.d[d, D_CONTEXT] += pr.ri[r, PROMPT] + 1
     st.t[r, DECODE_START] = st.f[F_NOW]
@@ -89,15 +87,18 @@ def join_batch(st, pr, d, r):
 
 @kernel(inline=True)
 def decode_admit(st, pr, d):
-    """Admit from the queue head while the batch has room and the KV fits (strict FIFO)."""
+    """Admit from the queue head while the batch has room and the KV fits (strict FIFO; with
+    ``--kv-reserve at-transfer`` the KV was reserved before the transfer)."""
     r = st.d[d, D_HEAD]
     cap = pr.ints[P_KVCAP]
     max_batch = pr.ints[P_MAXBATCH]
+    reserved = pr.ints[P_RESERVE]
     while r >= 0 and st.d[d, D_RUNNING] < max_batch:
         need = pr.ri[r, PROMPT] + pr.ri[r, OUTPUT]
-        if st.d[d, D_KV_USED] + need > cap:
-            break
-        st.d[d, D_KV_USED] += need
+        if not reserved:
+            if st.d[d, D_KV_USED] + need > cap:
+                break
+            st.d[d, D_KV_USED] += need
         st.d[d, D_QUEUED] -= 1
         join_batch(st, pr, d, r)
         r = st.r[r, QNEXT]
@@ -114,6 +115,13 @@ def decode_step_begin(st, pr, d):
     flops, nbytes = decode_work(pr.mi, pr.mf, batch, st.d[d, D_CONTEXT])
     dt, e_c, e_m = roofline(pr.hf[1], flops, nbytes)
     row = pr.ints[P_NPREFILL] + d
+    if pr.ints[P_DECCOST] and st.stats[row, S_PEND_OPS] + st.stats[row, S_PEND_BYTES] > 0.0:
+        x_t, x_c, x_m = elementwise_pass(pr.hf[1], st.stats[row, S_PEND_OPS], st.stats[row, S_PEND_BYTES])
+        dt, e_c, e_m = dt + x_t, e_c + x_c, e_m + x_m
+        flops += st.stats[row, S_PEND_OPS]
+        nbytes += st.stats[row, S_PEND_BYTES]
+        st.stats[row, S_PEND_OPS] = 0.0
+        st.stats[row, S_PEND_BYTES] = 0.0
     st.stats[row, S_BUSY] += dt
     st.stats[row, S_FLOPS] += flops
     st.stats[row, S_BYTES] += nbytes

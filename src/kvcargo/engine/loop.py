@@ -11,36 +11,47 @@ from __future__ import annotations
 
 from kvcargo._jit import kernel
 from kvcargo.engine.colocated import colocated_begin, colocated_end
-from kvcargo.engine.decode import decode_begin, decode_step_end, decode_submit, route_decode
+from kvcargo.engine.decode import decode_begin, decode_step_end, decode_submit
 from kvcargo.engine.events import log_full, next_event_time, pop_event, reject_request, schedule
-from kvcargo.engine.link import link_done, link_granted, link_trigger
-from kvcargo.engine.prefill import prefill_begin, prefill_done, prefill_submit, route_prefill
+from kvcargo.engine.link import fair_done, port_trigger, unit_done, unit_granted, unit_landed
+from kvcargo.engine.prefill import prefill_begin, prefill_done, prefill_slice, prefill_submit, route_prefill
+from kvcargo.engine.reserve import try_reserve
+from kvcargo.engine.routing import route_decode
 from kvcargo.engine.state import (
     ARRIVAL,
     ARRIVAL_T,
     DECODE_DONE,
     DECODE_WAKE,
+    EVENTS_FULL,
     F_NOW,
+    FINISHED,
+    FLOW_DONE,
     GRANT,
     I_NEV,
     I_SEQ,
     I_STOP,
+    LOG_FULL,
     OUTPUT,
     P_COLOCATED,
     P_KVCAP,
+    P_PREFILL_KVCAP,
+    P_RESERVE,
     PREFILL_DONE,
     PREFILL_WAKE,
     PROMPT,
     RELEASE,
+    SLICE_READY,
     XFER_DONE,
 )
 
 
 @kernel
 def arrive(st, pr, r):
-    """Request ``r`` arrives: reject it if its KV can never fit, else queue it; then the arrival
-    process waits for the next request (``max(0, arrival - now)``, as the reference)."""
-    if pr.ri[r, PROMPT] + pr.ri[r, OUTPUT] > pr.ints[P_KVCAP]:
+    """Request ``r`` arrives: reject it if its KV can never fit (a decode instance; with
+    reservation also a prefill instance's buffer), else queue it; then the arrival process
+    waits for the next request (``max(0, arrival - now)``, as the reference)."""
+    if pr.ri[r, PROMPT] + pr.ri[r, OUTPUT] > pr.ints[P_KVCAP] or (
+            pr.ints[P_RESERVE] and pr.ri[r, PROMPT] > pr.ints[P_PREFILL_KVCAP]):
         reject_request(st, r)
     elif pr.ints[P_COLOCATED]:
         decode_submit(st, route_decode(st), r)
@@ -66,6 +77,8 @@ def after_step(st, pr, d):
         colocated_end(st, pr, d)
     else:
         decode_step_end(st, pr, d)
+        if pr.ints[P_RESERVE]:
+            try_reserve(st, pr, d)
     if st.i[I_STOP]:
         return -1.0
     return begin_step(st, pr, d)
@@ -85,13 +98,16 @@ def run_instance(st, pr, d, t_end):
 
 @kernel
 def run_events(st, pr):
-    """Simulate until every request has finished or been rejected (returns 0), or until the
-    step log is full (returns 1: grow it and call again to resume exactly where it paused)."""
+    """Simulate until every request has finished or been rejected (returns FINISHED), or until
+    the step log or the event heap is full (LOG_FULL, EVENTS_FULL: grow it and call again to
+    resume exactly where it paused)."""
     if st.i[I_SEQ] == 0:
         schedule(st, 0.0 + max(0.0, pr.rf[0, ARRIVAL_T] - 0.0), ARRIVAL, 0)
     while st.i[I_NEV] > 0 and st.i[I_STOP] == 0:
         if log_full(st):
-            return 1
+            return LOG_FULL
+        if 2 * st.i[I_NEV] + 64 > st.evt.shape[0]:
+            return EVENTS_FULL
         t, kind, idx = pop_event(st)
         st.f[F_NOW] = t
         if kind == ARRIVAL:
@@ -101,13 +117,19 @@ def run_events(st, pr):
         elif kind == PREFILL_DONE:
             prefill_done(st, pr, idx)
         elif kind == GRANT:
-            link_granted(st, pr, idx)
+            unit_granted(st, pr, idx)
         elif kind == XFER_DONE:
-            link_done(st, pr, idx)
+            unit_done(st, pr, idx)
         elif kind == RELEASE:
-            link_trigger(st)
+            port_trigger(st, pr, idx)
         elif kind == DECODE_WAKE:
             run_instance(st, pr, idx, begin_step(st, pr, idx))
-        else:  # DECODE_DONE
+        elif kind == DECODE_DONE:
             run_instance(st, pr, idx, after_step(st, pr, idx))
-    return 0
+        elif kind == SLICE_READY:
+            prefill_slice(st, pr, idx)
+        elif kind == FLOW_DONE:
+            fair_done(st, pr, idx)
+        else:  # LANDED
+            unit_landed(st, pr, idx)
+    return FINISHED

@@ -2,7 +2,10 @@
 
 An instance sleeps while its queue is empty; a submit wakes it (one zero-delay event). It then
 takes prompts from the head while the batch's tokens stay within the budget (the first prompt
-is always taken), runs one step, and hands every request of the batch on.
+is always taken), runs one step, and hands every request of the batch on. Streaming layer by
+layer, the step releases one slice of every request's KV at each of its G fractions. With
+``--kv-reserve at-transfer`` the instance holds each request's KV until it has landed and stops
+taking prompts when that buffer is full.
 """
 
 from __future__ import annotations
@@ -10,8 +13,10 @@ from __future__ import annotations
 from kvcargo._jit import kernel
 from kvcargo.engine.events import finish_request, schedule
 from kvcargo.engine.kernels import elementwise_pass, prefill_work, roofline
-from kvcargo.engine.link import link_request
+from kvcargo.engine.reserve import handoff_ready
+from kvcargo.engine.routing import prefill_kv_change
 from kvcargo.engine.state import (
+    BNEXT,
     BUSY,
     EP_BYTES,
     EP_OPS,
@@ -23,7 +28,12 @@ from kvcargo.engine.state import (
     P_BATCH_N,
     P_BUDGET,
     P_ENDPOINT,
+    P_GROUPS,
     P_HEAD,
+    P_KV_HELD,
+    P_PREFILL_KVCAP,
+    P_RESERVE,
+    P_SLICE,
     P_STATE,
     P_TAIL,
     P_TOKENS,
@@ -39,7 +49,10 @@ from kvcargo.engine.state import (
     S_EC,
     S_EM,
     S_FLOPS,
+    S_STEP_END,
+    S_STEP_START,
     S_STEPS,
+    SLICE_READY,
     WAKING,
 )
 
@@ -74,18 +87,20 @@ def prefill_submit(st, pr, p, r):
 def prefill_begin(st, pr, p):
     """Form a batch from the queue head and start its step (or go to sleep)."""
     r = st.p[p, P_HEAD]
-    if r < 0:
+    budget = pr.ints[P_BUDGET]
+    room = pr.ints[P_PREFILL_KVCAP] - st.p[p, P_KV_HELD] if pr.ints[P_RESERVE] else 1 << 62
+    if r < 0 or pr.ri[r, PROMPT] > room:
         st.p[p, P_STATE] = IDLE
         return
     now = st.f[F_NOW]
-    budget = pr.ints[P_BUDGET]
     tokens = 0
     quad = 0
     n = 0
     ops = 0.0
     nbytes = 0.0
     st.p[p, P_BATCH] = r
-    while r >= 0 and (n == 0 or tokens + pr.ri[r, PROMPT] <= budget):
+    last = r
+    while r >= 0 and (n == 0 or tokens + pr.ri[r, PROMPT] <= budget) and tokens + pr.ri[r, PROMPT] <= room:
         tokens += pr.ri[r, PROMPT]
         quad += pr.ri[r, QUAD]
         n += 1
@@ -93,12 +108,17 @@ def prefill_begin(st, pr, p):
         if pr.ri[r, OUTPUT] > 1:
             ops += pr.rf[r, EP_OPS]
             nbytes += pr.rf[r, EP_BYTES]
+        st.r[last, BNEXT] = r
+        last = r
         r = st.r[r, QNEXT]
+    st.r[last, BNEXT] = -1
     st.p[p, P_HEAD] = r
     if r < 0:
         st.p[p, P_TAIL] = -1
     st.p[p, P_TOKENS] -= tokens
     st.p[p, P_BATCH_N] = n
+    if pr.ints[P_RESERVE]:
+        prefill_kv_change(st, p, tokens)
     hf = pr.hf[0]
     flops, by = prefill_work(pr.mi, pr.mf, tokens, quad, n)
     dt, e_c, e_m = roofline(hf, flops, by)
@@ -115,8 +135,37 @@ def prefill_begin(st, pr, p):
     st.stats[p, S_EC] += e_c
     st.stats[p, S_EM] += e_m
     st.stats[p, S_STEPS] += 1
+    st.stats[p, S_STEP_START] = now
+    st.stats[p, S_STEP_END] = now + dt
     st.p[p, P_STATE] = BUSY
     schedule(st, now + dt, PREFILL_DONE, p)
+    groups = pr.ints[P_GROUPS]
+    if groups > 1:
+        st.p[p, P_SLICE] = 1
+        schedule(st, now + dt / groups, SLICE_READY, p)
+
+
+@kernel
+def _release_batch(st, pr, r, n):
+    """One more part of every multi-token request of a batch (``n`` requests from ``r``) is
+    ready to move."""
+    for _ in range(n):
+        nxt = st.r[r, BNEXT]
+        if pr.ri[r, OUTPUT] > 1:
+            handoff_ready(st, pr, r, 1)
+        r = nxt
+
+
+@kernel
+def prefill_slice(st, pr, p):
+    """Layer-wise streaming: slice ``g`` of the batch's KV is final at g/G of the step."""
+    g = st.p[p, P_SLICE]
+    _release_batch(st, pr, st.p[p, P_BATCH], st.p[p, P_BATCH_N])
+    groups = pr.ints[P_GROUPS]
+    st.p[p, P_SLICE] = g + 1
+    if g + 1 < groups:
+        start = st.stats[p, S_STEP_START]
+        schedule(st, start + (st.stats[p, S_STEP_END] - start) * (g + 1) / groups, SLICE_READY, p)
 
 
 @kernel
@@ -130,13 +179,9 @@ def prefill_done(st, pr, p):
     for _ in range(n):
         st.t[r, FIRST_TOKEN] = now
         if pr.ri[r, OUTPUT] <= 1:
+            if pr.ints[P_RESERVE]:
+                prefill_kv_change(st, p, -pr.ri[r, PROMPT])
             finish_request(st, r)
-        r = st.r[r, QNEXT]
-    # The batch is detached from the queue, so its links stay valid while the next one forms.
+        r = st.r[r, BNEXT]
     prefill_begin(st, pr, p)
-    r = head
-    for _ in range(n):
-        nxt = st.r[r, QNEXT]
-        if pr.ri[r, OUTPUT] > 1:
-            link_request(st, r)
-        r = nxt
+    _release_batch(st, pr, head, n)

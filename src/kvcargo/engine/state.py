@@ -1,10 +1,11 @@
-"""The simulation state: a handful of plain arrays, one row per request or per instance.
+"""The simulation state: a handful of plain arrays, one row per request, instance, unit or port.
 
 No Python object per request or per token: the event handlers read and write these arrays, so
 the same code runs as plain Python or compiled by numba. Columns are named by the constants
-below (``st.t[r, FIRST_TOKEN]``); keeping the arrays few keeps compiled calls cheap (every
-array passed is reference-counted). Queues are intrusive FIFO lists threaded through the
-``QNEXT`` column (a request sits in at most one queue at a time).
+below (``st.t[r, FIRST_TOKEN]``). Request queues are intrusive FIFO lists threaded through the
+``QNEXT`` column (a request sits in at most one request queue at a time); what crosses the
+network is a *unit* (a whole hand-off, or one slice of it when streaming layer by layer), held
+in a slot of the unit pool while it waits or moves.
 """
 
 from __future__ import annotations
@@ -15,52 +16,76 @@ import numpy as np
 
 from kvcargo import _jit
 
-# Event kinds (the heap holds (time, seq, kind, index) tuples).
-ARRIVAL, PREFILL_WAKE, PREFILL_DONE, GRANT, XFER_DONE, RELEASE, DECODE_WAKE, DECODE_DONE = range(8)
+# Event kinds (the heap holds (time, seq, kind, index) entries).
+(ARRIVAL, PREFILL_WAKE, PREFILL_DONE, GRANT, XFER_DONE, RELEASE, DECODE_WAKE, DECODE_DONE,
+ SLICE_READY, FLOW_DONE, LANDED) = range(11)
 
 # Instance states.
 IDLE, WAKING, BUSY = 0, 1, 2
 # Request outcome.
 PENDING, DONE, REJECTED = 0, 1, 2
+# Topologies.
+SHARED, NIC, DOMAIN = 0, 1, 2
 
 # ``State.t``: per-request timestamps (NaN: did not happen).
-PREFILL_START, FIRST_TOKEN, KV_START, KV_READY, DECODE_START, FINISH = range(6)
-# ``State.r``: per-request integers.
-STATUS, PREFILL_INST, DECODE_INST, FIRST_STEP, QNEXT = range(5)
+PREFILL_START, FIRST_TOKEN, KV_START, KV_READY, DECODE_START, FINISH, WANT_MEMORY, RESERVED = range(8)
+# ``State.r``: per-request integers (DEST: decode instance chosen before the transfer, or -1;
+# UNITS_DONE: units landed; HELD: slices ready while waiting for decode memory).
+# SENT: parts released into the network; PORT_A/PORT_B: the ports its units cross; BNEXT: the
+# next request of the same prefill batch.
+(STATUS, PREFILL_INST, DECODE_INST, FIRST_STEP, QNEXT, DEST, UNITS_DONE, HELD, SENT, PORT_A, PORT_B,
+ BNEXT) = range(12)
 # ``State.p``: per prefill instance (colocated: the batch in flight of each instance).
-P_HEAD, P_TAIL, P_TOKENS, P_STATE, P_BATCH, P_BATCH_N = range(6)
-# ``State.d``: per decode (or colocated) instance.
-D_HEAD, D_TAIL, D_QUEUED, D_RUNNING, D_CONTEXT, D_KV_USED, D_STEPS, D_STATE, D_IS_PREFILL, D_FIN_N = range(10)
-# ``State.stats``: per instance (prefill instances first), totals and the step in flight's start.
-S_BUSY, S_FLOPS, S_BYTES, S_EC, S_EM, S_STEPS, S_STEP_START = range(7)
+P_HEAD, P_TAIL, P_TOKENS, P_STATE, P_BATCH, P_BATCH_N, P_KV_HELD, P_SLICE = range(8)
+# ``State.d``: per decode (or colocated) instance; RQ: requests waiting to reserve memory.
+(D_HEAD, D_TAIL, D_QUEUED, D_RUNNING, D_CONTEXT, D_KV_USED, D_STEPS, D_STATE, D_IS_PREFILL, D_FIN_N,
+ D_INCOMING, D_RQ_HEAD, D_RQ_TAIL) = range(13)
+# ``State.stats``: per instance (prefill instances first): totals, the step in flight's start,
+# (and end), decompression work waiting for the next decode step, prefill-side KV held (integral, peak,
+# time of the last change).
+(S_BUSY, S_FLOPS, S_BYTES, S_EC, S_EM, S_STEPS, S_STEP_START, S_STEP_END, S_PEND_OPS, S_PEND_BYTES,
+ S_KV_INT, S_KV_PEAK, S_KV_LAST) = range(13)
+# Units: part g of request r's hand-off is unit r·G + g (G: parts per hand-off). ``State.unext``
+# threads the port queues; ``State.uf`` (fair sharing only) holds bytes left and current rate.
+UF_LEFT, UF_RATE = range(2)
+# ``State.ports``: free channels, FIFO of waiting units (head, tail).
+PORT_FREE, PORT_HEAD, PORT_TAIL = range(3)
 # ``State.i``: integer scalars.
-I_SEQ, I_DONE, I_REJ, I_STOP, I_LINK_FREE, I_LQ_HEAD, I_LQ_TAIL, I_XFERS, I_NSTEPS, I_NEV = range(10)
+(I_SEQ, I_DONE, I_REJ, I_STOP, I_XFERS, I_NSTEPS, I_NEV, I_NACTIVE, I_FLOW_GEN) = range(9)
 # ``State.evi``: pending events (with ``State.evt`` their times), a binary heap of size I_NEV.
 EV_SEQ, EV_KIND, EV_IDX = range(3)
-# ``State.f``: float scalars (the clock, link totals).
-F_NOW, F_LINK_BUSY, F_LINK_J, F_TRANSIT_J = range(4)
+# ``State.f``: float scalars (the clock, link energy totals, the last fair-share update).
+F_NOW, F_LINK_J, F_TRANSIT_J, F_FLOW_T = range(4)
 
-# ``Params.rf``: per-request floats.
-ARRIVAL_T, XFER_TIME, XFER_J, TRANSIT_J, EP_OPS, EP_BYTES = range(6)
+# ``Params.rf``: per-request floats. XFER_*: a whole hand-off over the network link; SLICE_*:
+# one of the layer-wise slices (EXTRA: latency paid by the last); *_NV: over NVLink; EFF: bytes
+# a fair-shared flow must move (the in-transit stage's compute counted as bytes); DEC_*:
+# decompression work on the decode GPU.
+(ARRIVAL_T, XFER_TIME, XFER_J, TRANSIT_J, EP_OPS, EP_BYTES, SLICE_TIME, SLICE_EXTRA, XFER_TIME_NV,
+ SLICE_TIME_NV, XFER_J_NV, EFF_BYTES, DEC_OPS, DEC_BYTES) = range(14)
 # ``Params.ri``: per-request integers (QUAD = prompt·(prompt + 1), the causal-attention term).
 PROMPT, OUTPUT, QUAD = range(3)
 # ``Params.ints``: limits and switches.
-P_NPREFILL, P_NDECODE, P_COLOCATED, P_BUDGET, P_MAXBATCH, P_KVCAP, P_ENDPOINT, P_CHANNELS = range(8)
+(P_NPREFILL, P_NDECODE, P_COLOCATED, P_BUDGET, P_MAXBATCH, P_KVCAP, P_ENDPOINT, P_CHANNELS, P_GROUPS,
+ P_TOPOLOGY, P_FAIR, P_RESERVE, P_EARLY, P_DECCOST, P_PREFILL_KVCAP, P_NICS) = range(16)
+# ``Params.pf``: per port, bandwidth of one channel (bytes/s), latency (s), channels.
+PF_BW, PF_LATENCY, PF_CHANNELS = range(3)
 
 
 class Params(NamedTuple):
-    """Everything the engine reads but never writes: the workload, costs, limits."""
+    """Everything the engine reads but never writes: the workload, costs, limits, ports."""
 
     rf: np.ndarray
-    """Per request: arrival, link hold time, link J, in-transit J, endpoint ops and bytes."""
     ri: np.ndarray
-    """Per request: prompt, output, prompt·(prompt + 1)."""
     mi: np.ndarray
     mf: np.ndarray
     """Model coefficients (see :func:`kvcargo.cost.model_coefficients`)."""
     hf: np.ndarray
     """Pool coefficients: row 0 prefill (or colocated), row 1 decode."""
     ints: np.ndarray
+    pf: np.ndarray
+    domain: np.ndarray
+    """NVLink domain of each instance (prefill first), for ``--topology nvlink-domain``."""
 
 
 class State(NamedTuple):
@@ -78,38 +103,65 @@ class State(NamedTuple):
     evt: np.ndarray
     evi: np.ndarray
     """Pending events: a heap ordered by (time, sequence) — see events.py."""
+    unext: np.ndarray
+    uf: np.ndarray
+    active: np.ndarray
+    """Fair sharing: the units moving right now (the first I_NACTIVE entries)."""
+    ports: np.ndarray
+    port_busy: np.ndarray
+    """Seconds of transfer per port (each unit counted at the first port it crosses)."""
     logf: np.ndarray
     """Decode steps in the order they ended: start, end (the first I_NSTEPS rows are used)."""
     logi: np.ndarray
     """Per logged step: instance, batch size."""
 
 
-def new_state(n: int, n_prefill: int, n_decode: int, n_stats: int, max_batch: int, channels: int,
-              log_capacity: int) -> State:
-    """Fresh state for ``n`` requests.
+# What run_events returns: finished, or paused because an array is full (grow it, run again).
+FINISHED, LOG_FULL, EVENTS_FULL = 0, 1, 2
+
+
+def new_state(n: int, n_prefill: int, n_decode: int, n_stats: int, max_batch: int, ports: np.ndarray,
+              groups: int, fair: bool, log_capacity: int) -> State:
+    """Fresh state for ``n`` requests whose hand-offs are cut in ``groups`` parts.
 
     Colocated runs use the prefill rows for each instance's batch in flight and the decode rows
-    for its queue and running batch.
+    for its queue and running batch. ``ports`` holds each port's channels.
     """
-    r = np.zeros((n, 5), dtype=np.int64)
-    r[:, PREFILL_INST:] = -1
-    p = np.zeros((n_prefill, 6), dtype=np.int64)
+    r = np.zeros((n, 12), dtype=np.int64)
+    r[:, PREFILL_INST:DEST + 1] = -1
+    r[:, [PORT_A, PORT_B, BNEXT]] = -1
+    p = np.zeros((n_prefill, 8), dtype=np.int64)
     p[:, [P_HEAD, P_TAIL, P_BATCH]] = -1
-    d = np.zeros((n_decode, 10), dtype=np.int64)
-    d[:, [D_HEAD, D_TAIL]] = -1
-    i = np.zeros(10, dtype=np.int64)
-    i[[I_LQ_HEAD, I_LQ_TAIL]] = -1
-    i[I_LINK_FREE] = channels
-    # At most one pending event per instance, one arrival, and per link channel a grant, a
-    # transfer end and a release.
-    events = n_prefill + n_decode + 3 * channels + 8
+    d = np.zeros((n_decode, 13), dtype=np.int64)
+    d[:, [D_HEAD, D_TAIL, D_RQ_HEAD, D_RQ_TAIL]] = -1
+    port_rows = np.zeros((len(ports), 3), dtype=np.int64)
+    port_rows[:, [PORT_HEAD, PORT_TAIL]] = -1
+    port_rows[:, PORT_FREE] = ports
+    units = n * groups
+    events = 4 * (n_prefill + n_decode + 3 * int(ports.sum())) + 128
     return State(
-        t=np.full((n, 6), np.nan), r=r, p=p, d=d,
+        t=np.full((n, 8), np.nan), r=r, p=p, d=d,
         fin=np.zeros((n_decode, max(1, min(max_batch, n)), 2), dtype=np.int64),
-        stats=np.zeros((n_stats, 7)), i=i, f=np.zeros(4),
+        stats=np.zeros((n_stats, 13)), i=np.zeros(9, dtype=np.int64), f=np.zeros(4),
         evt=np.zeros(events), evi=np.zeros((events, 3), dtype=np.int64),
-        logf=np.zeros((log_capacity, 2)), logi=np.zeros((log_capacity, 2), dtype=np.int64),
+        unext=np.full(units, -1, dtype=np.int64), uf=np.zeros((units if fair else 1, 2)),
+        active=np.zeros(units if fair else 1, dtype=np.int64),
+        ports=port_rows, port_busy=np.zeros(len(ports)), logf=np.zeros((log_capacity, 2)), logi=np.zeros((log_capacity, 2), dtype=np.int64),
     )
+
+
+def grown(st: State, code: int) -> State:
+    """The same state with twice the room in the array that filled up (see run_events)."""
+    if code == LOG_FULL:
+        k = int(st.i[I_NSTEPS])
+        cap = 2 * len(st.logf)
+        logf, logi = np.zeros((cap, 2)), np.zeros((cap, 2), dtype=np.int64)
+        logf[:k], logi[:k] = st.logf[:k], st.logi[:k]
+        return st._replace(logf=logf, logi=logi)
+    k = int(st.i[I_NEV])
+    evt, evi = np.zeros(2 * len(st.evt)), np.zeros((2 * len(st.evt), 3), dtype=np.int64)
+    evt[:k], evi[:k] = st.evt[:k], st.evi[:k]
+    return st._replace(evt=evt, evi=evi)
 
 
 def by_reference(obj: State | Params) -> object:
@@ -120,13 +172,3 @@ def by_reference(obj: State | Params) -> object:
     from kvcargo.engine._structs import by_reference as compiled
 
     return compiled(obj)
-
-
-def with_log_capacity(st: State, capacity: int) -> State:
-    """The same state with a larger step log (the engine pauses when its log is full)."""
-    k = int(st.i[I_NSTEPS])
-    logf = np.zeros((capacity, 2))
-    logi = np.zeros((capacity, 2), dtype=np.int64)
-    logf[:k] = st.logf[:k]
-    logi[:k] = st.logi[:k]
-    return st._replace(logf=logf, logi=logi)
