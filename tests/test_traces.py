@@ -398,7 +398,7 @@ def test_cli_trace_stats_text_with_model_and_transforms() -> None:
     p = kvcargo("trace-stats", str(AZURE_CODE), "--model", "llama3-70b", "--window", "0:100", "--limit", "50")
     assert p.returncode == 0, p.stderr
     assert "requests      50" in p.stdout and "KV hand-off demand (llama3-70b" in p.stdout
-    assert "smallest link that carries" in p.stdout
+    assert "smallest catalog link that carries" in p.stdout
 
 
 def test_cli_simulate_replays_with_trace_flags() -> None:

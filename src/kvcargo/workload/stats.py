@@ -180,5 +180,5 @@ def render(st: dict[str, Any]) -> str:
                      f"{100 * r['peak_load']:,.1f}%", "yes" if r["carries_peak"] else "no"] for r in h["links"]]
             lines.append(table(["link", "bandwidth", "mean load", "busiest load", "carries it"], rows, "lrrrl"))
             best = h["smallest_sufficient_link"]
-            lines.append(f"smallest link that carries the busiest {h['bucket_s']:g} s: {best or 'none in the catalog'}")
+            lines.append(f"smallest catalog link that carries the busiest {h['bucket_s']:g} s: {best or 'none'}")
     return "\n".join(lines)
