@@ -18,6 +18,7 @@ from kvcargo.report.text import bytes_, rate_bps, seconds, table
 @click.option("--link", default="eth-25g", show_default=True, help="link key (kvcargo catalog links)")
 @click.option("--kv-compress", default=None, help="codec applied to the hand-off (kvcargo catalog codecs)")
 @click.option("--kv-keep", type=float, default=None, help="fraction kept by freq-keep-k")
+@click.option("--kv-ratio", type=float, default=None, help="wire ratio of the 'ratio' codec")
 @click.option("--send", type=click.Choice(["whole", "layerwise"]), default="whole", show_default=True,
               help="send the cache after the prefill, or stream it layer by layer")
 @click.option("--device", default="h100", show_default=True, help="prefill device (sets the prefill time)")
@@ -26,14 +27,15 @@ from kvcargo.report.text import bytes_, rate_bps, seconds, table
 @click.option("--catalog", "catalog_files", multiple=True, type=click.Path(dir_okay=False),
               help="extra catalog TOML file (repeatable)")
 @click.option("--json", "as_json", is_flag=True, help="print JSON (seconds, bytes, req/s)")
-def command(model: str, prompt: int, link: str, kv_compress: str | None, kv_keep: float | None, send: str,
+def command(model: str, prompt: int, link: str, kv_compress: str | None, kv_keep: float | None,
+            kv_ratio: float | None, send: str,
             device: str, devices_per_instance: int, all_links: bool, catalog_files: tuple[str, ...],
             as_json: bool) -> None:
     """Hand-off size, transfer time, time exposed after prefill and link saturation rate."""
     cat = catalog_mod.load(catalog_files)
     m = cat.model(model)
     pool = Pool(cat.device(device), devices_per_instance)
-    codec = Compression(cat.codec(kv_compress), "transit", kv_keep) if kv_compress else None
+    codec = Compression(cat.codec(kv_compress), "transit", kv_keep, kv_ratio) if kv_compress else None
     links = list(cat.links.values()) if all_links else [cat.link(link)]
     results = [calculate(m, prompt, ln, pool, codec, send) for ln in links]
     if as_json:
