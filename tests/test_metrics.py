@@ -14,6 +14,7 @@ from kvcargo.config import SimConfig, resolve
 from kvcargo.engine.cluster import run
 from kvcargo.engine.state import DONE, REJECTED
 from kvcargo.metrics import describe, describe_weighted, stage_times, steady_requests, summarize
+from kvcargo.stats import exact_sum
 
 try:
     from oracle import run_oracle
@@ -112,3 +113,14 @@ def test_summary_has_the_documented_keys() -> None:
                 "e2e_p99", "handoff_p99", "slo_attainment", "goodput_rps", "output_tok_per_s", "j_per_token",
                 "avg_power_w", "link_busy", "link_j_per_request", "kv_share_of_e2e"):
         assert isinstance(s[key], (int, float)) and not math.isnan(s[key]), key
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(min_value=-1e300, max_value=1e300, allow_nan=False), min_size=0, max_size=600))
+def test_exact_sum_is_math_fsum(xs: list[float]) -> None:
+    assert exact_sum(np.array(xs)) == math.fsum(xs)
+
+
+def test_exact_sum_on_cancellation_and_half_even_cases() -> None:
+    for xs in ([1e100, 1.0, -1e100, 1e-100] * 100, [0.1] * 1000, [1.0, 1e-16, 1e-16] * 200, [2.0**53, 1.0, 1e-300] * 100):
+        assert exact_sum(np.array(xs)) == math.fsum(xs)

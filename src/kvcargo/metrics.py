@@ -11,7 +11,6 @@ requests were in each step, plus each request's first gap.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -19,6 +18,7 @@ import numpy as np
 from kvcargo.cost import silicon_cost_usd
 from kvcargo.engine.cluster import EngineOutput
 from kvcargo.engine.state import DONE, REJECTED, S_BUSY, S_BYTES, S_EC, S_EM, S_FLOPS, S_STEPS
+from kvcargo.stats import exact_mean, percentiles, weighted_percentiles
 
 WARMUP_FRACTION = 0.1
 PERCENTILES = (50, 90, 99)
@@ -30,45 +30,24 @@ STAGE_OWNER = {"prefill_queue": "prefill", "prefill": "prefill", "kv_wait": "kv-
 # ------------------------------------------------------------------------------ percentiles
 
 
-def _lerp(a: float, b: float, t: float) -> float:
-    """numpy's interpolation, including its switch to ``b - (b - a)(1 - t)`` for t ≥ 0.5."""
-    diff = b - a
-    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
-
-
-def percentile_of(order_stat: Callable[[int], float], n: int, p: float) -> float:
-    """The p-th percentile (numpy 'linear') of a sample of size n given its order statistics."""
-    if n == 0:
-        return math.nan
-    virtual = (n - 1) * (p / 100)
-    lo = math.floor(virtual)
-    hi = min(lo + 1, n - 1)
-    return _lerp(order_stat(lo), order_stat(hi), virtual - lo)
-
-
 def describe(values: np.ndarray, prefix: str) -> dict[str, float]:
     """mean, p50, p90, p99 and max of a sample, keyed ``{prefix}_mean`` etc."""
-    x = np.sort(np.asarray(values, dtype=np.float64))
-    n = len(x)
-    out = {f"{prefix}_mean": math.fsum(x.tolist()) / n if n else math.nan}
-    for p in PERCENTILES:
-        out[f"{prefix}_p{p}"] = percentile_of(lambda i: float(x[i]), n, p)
-    out[f"{prefix}_max"] = float(x[-1]) if n else math.nan
+    x = np.asarray(values, dtype=np.float64)
+    out = {f"{prefix}_mean": exact_mean(x)}
+    for p, v in zip(PERCENTILES, percentiles(x, PERCENTILES)):
+        out[f"{prefix}_p{p}"] = v
+    out[f"{prefix}_max"] = float(x.max()) if len(x) else math.nan
     return out
 
 
 def describe_weighted(values: np.ndarray, weights: np.ndarray, prefix: str) -> dict[str, float]:
-    """As :func:`describe` for a sample where ``values[i]`` occurs ``weights[i]`` times."""
-    keep = weights > 0
-    v, w = values[keep], weights[keep]
-    order = np.argsort(v)  # ties need no order: equal values are interchangeable
-    v, w = v[order], w[order]
-    cum = np.cumsum(w)
-    n = int(cum[-1]) if len(cum) else 0
-    out = {f"{prefix}_mean": float(np.dot(v, w)) / n if n else math.nan}
-    for p in PERCENTILES:
-        out[f"{prefix}_p{p}"] = percentile_of(lambda i: float(v[np.searchsorted(cum, i, side="right")]), n, p)
-    out[f"{prefix}_max"] = float(v[-1]) if n else math.nan
+    """As :func:`describe` for a sample where ``values[i]`` occurs ``weights[i]`` times (the
+    mean is a weighted dot product, accurate to rounding rather than exact)."""
+    n = int(weights.sum())
+    out = {f"{prefix}_mean": float(np.dot(values, weights)) / n if n else math.nan}
+    for p, v in zip(PERCENTILES, weighted_percentiles(values, weights, PERCENTILES)):
+        out[f"{prefix}_p{p}"] = v
+    out[f"{prefix}_max"] = float(values[weights > 0].max()) if n else math.nan
     return out
 
 
@@ -113,9 +92,9 @@ def itl_sample(out: EngineOutput, requests: np.ndarray) -> tuple[np.ndarray, np.
         k = out.first_step[mine]
         values.append(ends[k] - out.first_token[mine])  # each request's first gap
         weights.append(np.ones(len(mine), dtype=np.int64))
-        count = np.zeros(len(ends) + 1, dtype=np.int64)  # requests in step k after their first
-        np.add.at(count, k + 1, 1)
-        np.add.at(count, k + out.output[mine] - 1, -1)
+        # requests in step k after their first: +1 from their second step, -1 after their last
+        count = np.bincount(k + 1, minlength=len(ends) + 1) - np.bincount(k + out.output[mine] - 1,
+                                                                            minlength=len(ends) + 1)
         values.append(ends[1:] - ends[:-1])
         weights.append(np.cumsum(count)[1:len(ends)])
     if not values:
@@ -173,16 +152,14 @@ def summarize(out: EngineOutput) -> dict[str, Any]:
     s |= _hotspot(s)
     s |= _cost(out, s["output_tok_per_s"])
     s["littles_population"] = float(np.sum(out.finish[done] - out.arrival[done])) / H if H > 0 else math.nan
-    s["littles_expected"] = s["req_per_s"] * (
-        math.fsum((out.finish[done] - out.arrival[done]).tolist()) / n_done if n_done else math.nan)
+    s["littles_expected"] = s["req_per_s"] * exact_mean(out.finish[done] - out.arrival[done])
     return s
 
 
 def _stages(out: EngineOutput, steady: np.ndarray) -> dict[str, float]:
     stages = stage_times(out)
-    means = {k: math.fsum(v[steady].tolist()) / len(steady) if len(steady) else math.nan
-             for k, v in stages.items()}
-    e2e = math.fsum((out.finish - out.arrival)[steady].tolist()) / len(steady) if len(steady) else math.nan
+    means = {k: exact_mean(v[steady]) for k, v in stages.items()}
+    e2e = exact_mean((out.finish - out.arrival)[steady])
     s: dict[str, float] = {}
     for k in STAGES:
         s[f"stage_{k}_s"] = means[k]

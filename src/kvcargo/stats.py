@@ -1,0 +1,116 @@
+"""Exact sample statistics, fast on millions of values.
+
+* :func:`exact_sum` — the correctly rounded sum (``math.fsum``'s result: it is unique, so a
+  compiled Shewchuk summation gives the same float); means are ``exact_sum / n`` as
+  ``statistics.fmean``.
+* :func:`percentile` — numpy's default ('linear') percentile from order statistics found by
+  partial sorting (O(n) instead of a full sort).
+* :func:`weighted_order_stat` — order statistics of a sample given as (value, multiplicity).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kvcargo._jit import ENABLED, kernel
+
+
+@kernel
+def _shewchuk_sum(x):
+    """Correctly rounded sum of finite floats (CPython's fsum algorithm)."""
+    partials = np.empty(64)
+    n = 0
+    for k in range(x.shape[0]):
+        v = x[k]
+        i = 0
+        for j in range(n):
+            y = partials[j]
+            if abs(v) < abs(y):
+                v, y = y, v
+            hi = v + y
+            lo = y - (hi - v)
+            if lo != 0.0:
+                partials[i] = lo
+                i += 1
+            v = hi
+        if i >= partials.shape[0]:
+            bigger = np.empty(2 * partials.shape[0])
+            bigger[: partials.shape[0]] = partials
+            partials = bigger
+        partials[i] = v
+        n = i + 1
+    if n == 0:
+        return 0.0
+    n -= 1
+    hi = partials[n]
+    lo = 0.0
+    while n > 0:
+        v = hi
+        n -= 1
+        y = partials[n]
+        hi = v + y
+        yr = hi - v
+        lo = y - yr
+        if lo != 0.0:
+            break
+    if n > 0 and ((lo < 0.0 and partials[n - 1] < 0.0) or (lo > 0.0 and partials[n - 1] > 0.0)):
+        y = lo * 2.0
+        v = hi + y
+        yr = v - hi
+        if y == yr:
+            hi = v
+    return hi
+
+
+def exact_sum(x: np.ndarray) -> float:
+    """``math.fsum(x)``, compiled when numba is available."""
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    if ENABLED and len(x) > 256:
+        return float(_shewchuk_sum(x))
+    return math.fsum(x.tolist())
+
+
+def exact_mean(x: np.ndarray) -> float:
+    """``statistics.fmean(x)`` (NaN when empty)."""
+    return exact_sum(x) / len(x) if len(x) else math.nan
+
+
+def _lerp(a: float, b: float, t: float) -> float:
+    """numpy's interpolation, including its switch to ``b - (b - a)(1 - t)`` for t ≥ 0.5."""
+    diff = b - a
+    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
+
+
+def _ranks(n: int, p: float) -> tuple[int, int, float]:
+    virtual = (n - 1) * (p / 100)
+    lo = math.floor(virtual)
+    return lo, min(lo + 1, n - 1), virtual - lo
+
+
+def percentiles(x: np.ndarray, ps: tuple[float, ...]) -> list[float]:
+    """numpy's ``percentile(x, p)`` for each p (NaN when empty), by partial sorting."""
+    n = len(x)
+    if n == 0:
+        return [math.nan] * len(ps)
+    ranks = [_ranks(n, p) for p in ps]
+    part = np.partition(x, sorted({k for lo, hi, _ in ranks for k in (lo, hi)}))
+    return [_lerp(float(part[lo]), float(part[hi]), t) for lo, hi, t in ranks]
+
+
+def weighted_percentiles(values: np.ndarray, weights: np.ndarray, ps: tuple[float, ...]) -> list[float]:
+    """As :func:`percentiles` for a sample where ``values[i]`` occurs ``weights[i]`` times."""
+    keep = weights > 0
+    v, w = values[keep], weights[keep]
+    n = int(w.sum())
+    if n == 0:
+        return [math.nan] * len(ps)
+    order = np.argsort(v)  # ties need no order: equal values are interchangeable
+    v, cum = v[order], np.cumsum(w[order])
+    out = []
+    for p in ps:
+        lo, hi, t = _ranks(n, p)
+        a, b = np.searchsorted(cum, [lo, hi], side="right")
+        out.append(_lerp(float(v[a]), float(v[b]), t))
+    return out
