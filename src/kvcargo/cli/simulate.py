@@ -29,11 +29,16 @@ def jsonable(x: Any) -> Any:
               help="write one row per request (timestamps in seconds)")
 @click.option("--trace", "trace_file", type=click.Path(dir_okay=False, writable=True),
               help="write a Chrome trace-event JSON (open it in Perfetto)")
-def command(as_json: bool, requests_csv: str | None, trace_file: str | None, **params: Any) -> None:
+@click.option("--summary-only", is_flag=True,
+              help="print only the summary as JSON and keep nothing per request beyond arrays of floats")
+def command(as_json: bool, requests_csv: str | None, trace_file: str | None, summary_only: bool,
+            **params: Any) -> None:
     """Simulate prefill pool → KV link → decode pool (or the colocated baseline)."""
     from kvcargo.report.simulation import render
     from kvcargo.simulation import simulate
 
+    if summary_only and (requests_csv or trace_file):
+        raise click.UsageError("--summary-only keeps no per-request records: drop --requests-csv/--trace")
     config = config_from(params)
     result = simulate(config)
     if requests_csv:
@@ -42,7 +47,9 @@ def command(as_json: bool, requests_csv: str | None, trace_file: str | None, **p
         from kvcargo.report.perfetto import write_trace
 
         write_trace(result, trace_file)
-    if as_json:
+    if summary_only:
+        click.echo(json.dumps(jsonable({"summary": result.summary})))
+    elif as_json:
         click.echo(json.dumps(jsonable(result.to_dict()), indent=2))
     else:
         click.echo(render(config.model_dump(), result.summary))

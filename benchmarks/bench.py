@@ -1,0 +1,103 @@
+"""kvcargo's speed and memory, measured (run: ``.venv/bin/python benchmarks/bench.py``).
+
+1. The same 20,000-request stream (spec §8.1: Llama-3-8B, 1 H100 prefill + 1 H100 decode,
+   InfiniBand, 8 req/s, prompts 2048 ± cv 0.5, outputs 256 ± cv 0.5, seed 1) through kvcargo
+   and the test suite's SimPy oracle, in this process; the request timestamps must be identical.
+2. A 1,000,000-request run (8 prefill + 5 decode H100 instances, InfiniBand, 100 req/s) as a
+   whole ``kvcargo simulate ... --json`` process: wall time and peak memory (and with
+   ``--summary-only``).
+3. The same 20,000 requests with numba disabled (the plain-Python path), for scale.
+4. A capacity bisection of the §8.1 configuration (when the planner is installed).
+Prints measured numbers and ratios; nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+ONE_MILLION = ["--model", "llama3-8b", "--prefill", "8", "--decode", "5", "--link", "ib-ndr", "--rate", "100",
+               "--requests", "1000000", "--seed", "1"]
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def timed_child(args: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of a child process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t = time.perf_counter()
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, env=env)
+    wall = time.perf_counter() - t
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return wall, max(peak, before) / 1024
+
+
+def versus_oracle(n: int) -> None:
+    from oracle import run_oracle
+
+    from kvcargo import simulate
+    from kvcargo.config import SimConfig, resolve
+
+    _ = simulate(requests=200).summary  # load the compiled engine once (numba's on-disk cache)
+    res = resolve(SimConfig.build(requests=n))
+    t = time.perf_counter()
+    r = simulate(requests=n)
+    _ = r.summary
+    t_kv = time.perf_counter() - t
+    t = time.perf_counter()
+    ora = run_oracle(res.workload, model=res.model, prefill_pool=res.prefill_pool, decode_pool=res.decode_pool,
+                     link=res.link)
+    t_or = time.perf_counter() - t
+    same = all(np.array_equal(getattr(r.output, c), getattr(ora, c), equal_nan=True)
+               for c in ("prefill_start", "first_token", "kv_start", "kv_ready", "decode_start", "finish"))
+    print(f"{n:,} requests (spec §8.1): oracle {t_or:.2f} s, kvcargo {t_kv:.3f} s (simulate + summary), "
+          f"ratio {t_or / t_kv:.0f}x, identical timestamps: {same}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--requests", type=int, default=20_000, help="size of the oracle comparison")
+    ap.add_argument("--skip-million", action="store_true")
+    args = ap.parse_args()
+    print(f"machine: {machine()}")
+    versus_oracle(args.requests)
+    exe = [sys.executable, "-m", "kvcargo", "simulate"]
+    if not args.skip_million:
+        wall, peak = timed_child(exe + ONE_MILLION + ["--json"])
+        print(f"1,000,000 requests, `kvcargo simulate ... --json`: {wall:.1f} s wall, {peak:,.0f} MB peak")
+        wall, peak = timed_child(exe + ONE_MILLION + ["--summary-only"])
+        print(f"1,000,000 requests, `--summary-only`: {wall:.1f} s wall, {peak:,.0f} MB peak")
+    env = {**os.environ, "KVCARGO_JIT": "0"}
+    wall, peak = timed_child(exe + ["--requests", str(args.requests), "--json"], env)
+    print(f"{args.requests:,} requests, plain Python (KVCARGO_JIT=0), whole process: {wall:.1f} s, {peak:,.0f} MB")
+    try:
+        from kvcargo.config import SimConfig
+        from kvcargo.planner.capacity import find_capacity  # type: ignore[attr-defined]
+    except ImportError:
+        return
+    find_capacity(SimConfig.build())
+    t = time.perf_counter()
+    result = find_capacity(SimConfig.build())
+    print(f"capacity bisection (spec §8.1 configuration): {time.perf_counter() - t:.2f} s → {result}")
+
+
+if __name__ == "__main__":
+    main()
