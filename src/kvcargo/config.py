@@ -118,6 +118,9 @@ class SimConfig(BaseModel):
     """With ``--topology nvlink-domain``: GPUs per NVLink domain."""
     kv_reserve: Literal["at-decode", "at-transfer"] = "at-decode"
     """Reserve decode KV at admission (reference) or before the transfer (pull model)."""
+    decode_prefix_cache: bool = False
+    """Keep received prompt blocks in an LRU cache per decode instance; send only missing blocks
+    (needs a trace with block ids, e.g. Mooncake's ``hash_ids``)."""
     catalog: tuple[str, ...] = ()
     """Extra catalog TOML files, in order."""
 
@@ -127,10 +130,10 @@ class SimConfig(BaseModel):
             raise ValueError("KV compression needs a hand-off: use --mode disagg or drop --kv-compress")
         if self.kv_keep is not None and self.kv_compress != "freq-keep-k":
             raise ValueError("--kv-keep applies only to --kv-compress freq-keep-k")
-        if self.mode == "colocated" and (self.send != "whole" or self.topology != "shared"
+        if self.mode == "colocated" and (self.send != "whole" or self.topology != "shared" or self.decode_prefix_cache
                                          or self.link_sharing != "fcfs" or self.kv_reserve != "at-decode"):
-            raise ValueError("--send, --topology, --link-sharing and --kv-reserve shape the hand-off: "
-                             "they need --mode disagg")
+            raise ValueError("--send, --topology, --link-sharing, --kv-reserve and --decode-prefix-cache shape "
+                             "the hand-off: they need --mode disagg")
         if self.layer_groups is not None and self.send != "layerwise":
             raise ValueError("--layer-groups applies only to --send layerwise")
         return self
@@ -232,6 +235,9 @@ def resolve(config: SimConfig, workload: Workload | None = None) -> Resolved:
             compression = None  # nothing to do on the GPU, and no in-transit stage either
     if workload is None:
         workload = load_workload(c)
+    if c.decode_prefix_cache and workload.block_ids is None:
+        raise KvcargoError("--decode-prefix-cache needs prompt block ids: replay a trace that has them "
+                           "(Mooncake's hash_ids) with --workload-file")
     return Resolved(c, cat, model, prefill_pool, decode_pool, link, c.link_channels or link.channels,
                     compression, workload, kvcap)
 

@@ -174,9 +174,10 @@ def _link(out: EngineOutput) -> dict[str, Any]:
     if res.colocated:
         return {"transfers": 0, "link_busy": 0.0, "link_bytes": 0.0, "link_gbps": 0.0,
                 "link_mean_wait_s": 0.0, "link_j": 0.0, "transit_j": 0.0, "link_j_per_request": 0.0,
-                "transit_bound_share": 0.0}
+                "transit_bound_share": 0.0, "prefix_saved_bytes": 0.0, "prefix_hit_rate": 0.0}
     moved = ~np.isnan(out.kv_start)
-    wire = out.wire_bytes[moved]
+    full = out.wire_bytes[moved]
+    wire = full * out.send_fraction[moved]
     n = out.transfers
     return {
         "transfers": n,
@@ -188,6 +189,8 @@ def _link(out: EngineOutput) -> dict[str, Any]:
         "transit_j": out.transit_j,
         "link_j_per_request": (out.link_j + out.transit_j) / max(1, n),
         "transit_bound_share": float(np.mean(out.transit_bound[moved])) if n else 0.0,
+        "prefix_saved_bytes": float(full.sum() - wire.sum()),
+        "prefix_hit_rate": float(1 - wire.sum() / full.sum()) if full.sum() else 0.0,
     }
 
 

@@ -17,6 +17,7 @@ from kvcargo.engine import state as S
 from kvcargo.engine.loop import run_events
 from kvcargo.engine.state import Params, by_reference, grown, new_state
 from kvcargo.handoff import Transfers, endpoint_work, transfers
+from kvcargo.workload.traces import BLOCK_TOKENS
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class EngineOutput:
     kv_held: np.ndarray
     """Per prefill instance with ``--kv-reserve at-transfer``: KV tokens held, time integral and
     peak."""
+    send_fraction: np.ndarray
+    """Share of each hand-off that crossed the network (below 1 with a decode prefix cache)."""
     want_memory: np.ndarray
     reserved: np.ndarray
     """With ``--kv-reserve at-transfer``: when each hand-off asked for decode memory, and got it."""
@@ -122,7 +125,7 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     ri[:, S.OUTPUT] = w.output
     ri[:, S.QUAD] = prompt * (prompt + 1)
     pf, domain, _ = _ports(res)
-    ints = np.zeros(16, dtype=np.int64)
+    ints = np.zeros(18, dtype=np.int64)
     ints[S.P_NPREFILL] = res.n_prefill
     ints[S.P_NDECODE] = res.n_decode
     ints[S.P_COLOCATED] = int(res.colocated)
@@ -139,9 +142,20 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     ints[S.P_DECCOST] = int(dec_cost)
     ints[S.P_PREFILL_KVCAP] = kv_capacity(res.model, res.prefill_pool) if not res.colocated else res.kv_capacity
     ints[S.P_NICS] = c.nics_per_instance
+    blocks, offsets = _dense_blocks(w) if c.decode_prefix_cache else (np.zeros(1, np.int64), np.zeros(n + 1, np.int64))
+    ints[S.P_PREFIX] = int(c.decode_prefix_cache)
+    ints[S.P_BLOCK_TOKENS] = BLOCK_TOKENS
+    ints[S.P_EARLY] |= ints[S.P_PREFIX]
     mi, mf = model_coefficients(res.model, c.lm_head)
     hf = np.stack([res.prefill_pool.coefficients(), res.decode_pool.coefficients()])
-    return Params(rf=rf, ri=ri, mi=mi, mf=mf, hf=hf, ints=ints, pf=pf, domain=domain), xfer
+    return Params(rf=rf, ri=ri, mi=mi, mf=mf, hf=hf, ints=ints, pf=pf, domain=domain, blocks=blocks,
+                  block_offsets=offsets), xfer
+
+
+def _dense_blocks(w) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+    """The workload's prompt block ids renumbered 0..U-1 (the cache indexes arrays by them)."""
+    _, dense = np.unique(w.block_ids, return_inverse=True)
+    return dense.astype(np.int64), np.ascontiguousarray(w.block_offsets, dtype=np.int64)
 
 
 def run(res: Resolved) -> EngineOutput:
@@ -154,7 +168,8 @@ def run(res: Resolved) -> EngineOutput:
     # its log is full and resumes with a larger one.
     guess = max(1024, int(params.ri[:, S.OUTPUT].sum() // 8))
     st = new_state(n, n_slots, res.n_decode, res.n_prefill + res.n_decode, res.config.max_batch, channels,
-                   int(params.ints[S.P_GROUPS]), bool(params.ints[S.P_FAIR]), guess)
+                   int(params.ints[S.P_GROUPS]), bool(params.ints[S.P_FAIR]), guess,
+                   int(params.blocks.max()) + 1 if params.ints[S.P_PREFIX] else 0)
     pr = by_reference(params)
     while (code := run_events(by_reference(st), pr)) != S.FINISHED:
         st = grown(st, code)
@@ -168,6 +183,7 @@ def run(res: Resolved) -> EngineOutput:
         status=r[:, S.STATUS], prefill_inst=r[:, S.PREFILL_INST], decode_inst=r[:, S.DECODE_INST],
         first_step=r[:, S.FIRST_STEP], stats=st.stats[:, : S.S_STEPS + 1],
         kv_held=st.stats[: res.n_prefill, [S.S_KV_INT, S.S_KV_PEAK]], want_memory=t[:, S.WANT_MEMORY],
+        send_fraction=np.where(np.isnan(t[:, S.SEND_FRAC]), 1.0, t[:, S.SEND_FRAC]),
         reserved=t[:, S.RESERVED],
         steps=st.logf[:k], step_inst=st.logi[:k],
         horizon=float(st.f[S.F_NOW]), transfers=int(st.i[S.I_XFERS]),

@@ -22,6 +22,7 @@ import numpy as np
 from kvcargo._jit import kernel
 from kvcargo.engine.decode import decode_submit
 from kvcargo.engine.events import schedule
+from kvcargo.engine.prefix import cache_blocks
 from kvcargo.engine.routing import prefill_kv_change, route_decode
 from kvcargo.engine.state import (
     D_INCOMING,
@@ -42,6 +43,7 @@ from kvcargo.engine.state import (
     LANDED,
     P_FAIR,
     P_GROUPS,
+    P_PREFIX,
     P_RESERVE,
     P_TOPOLOGY,
     PF_BW,
@@ -54,6 +56,7 @@ from kvcargo.engine.state import (
     PREFILL_INST,
     PROMPT,
     RELEASE,
+    SEND_FRAC,
     SENT,
     SLICE_EXTRA,
     SLICE_TIME,
@@ -115,6 +118,11 @@ def unit_duration(st, pr, unit):
     g = pr.ints[P_GROUPS]
     r = unit // g
     nv = _over_nvlink(st, pr, r)
+    if pr.ints[P_PREFIX]:  # only the blocks the receiver lacks cross, at the same pace
+        body = (pr.rf[r, SLICE_TIME_NV] if nv else pr.rf[r, SLICE_TIME]) * st.t[r, SEND_FRAC]
+        if unit % g < g - 1:
+            return body
+        return body + (pr.pf[st.r[r, PORT_A], PF_LATENCY] if nv else pr.rf[r, SLICE_EXTRA])
     if g == 1:
         return pr.rf[r, XFER_TIME_NV] if nv else pr.rf[r, XFER_TIME]
     if unit % g < g - 1:
@@ -139,12 +147,13 @@ def unit_granted(st, pr, unit):
 def _account(st, pr, r, busy):
     """Link time and energy of one unit (its share of the hand-off's)."""
     g = pr.ints[P_GROUPS]
+    share = (st.t[r, SEND_FRAC] if pr.ints[P_PREFIX] else 1.0) / g  # 1.0 for a whole hand-off
     st.port_busy[st.r[r, PORT_A]] += busy
     if _over_nvlink(st, pr, r):
-        st.f[F_LINK_J] += pr.rf[r, XFER_J_NV] / g
+        st.f[F_LINK_J] += pr.rf[r, XFER_J_NV] * share
     else:
-        st.f[F_LINK_J] += pr.rf[r, XFER_J] / g
-        st.f[F_TRANSIT_J] += pr.rf[r, TRANSIT_J] / g
+        st.f[F_LINK_J] += pr.rf[r, XFER_J] * share
+        st.f[F_TRANSIT_J] += pr.rf[r, TRANSIT_J] * share
 
 
 @kernel
@@ -180,6 +189,8 @@ def handoff_landed(st, pr, r):
         st.d[d, D_INCOMING] -= 1
     else:
         d = route_decode(st)
+    if pr.ints[P_PREFIX]:
+        cache_blocks(st, pr, r, d)
     decode_submit(st, d, r)
 
 
@@ -273,6 +284,8 @@ def fair_start(st, pr, unit):
     fair_advance(st)
     r = unit // pr.ints[P_GROUPS]
     st.uf[unit, UF_LEFT] = pr.rf[r, EFF_BYTES] / pr.ints[P_GROUPS]
+    if pr.ints[P_PREFIX]:
+        st.uf[unit, UF_LEFT] *= st.t[r, SEND_FRAC]
     st.active[st.i[I_NACTIVE]] = unit
     st.i[I_NACTIVE] += 1
     if math.isnan(st.t[r, KV_START]):
@@ -299,7 +312,7 @@ def fair_done(st, pr, generation):
         st.active[i] = st.active[st.i[I_NACTIVE]]
         r = u // g
         nv = _over_nvlink(st, pr, r)
-        size = pr.rf[r, EFF_BYTES] / g
+        size = pr.rf[r, EFF_BYTES] * (st.t[r, SEND_FRAC] if pr.ints[P_PREFIX] else 1.0) / g
         _account(st, pr, r, size / _flow_cap(st, pr, r))
         if u % g < g - 1:
             unit_landed(st, pr, u)

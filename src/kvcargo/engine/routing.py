@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from kvcargo._jit import kernel
 from kvcargo.engine.events import schedule
+from kvcargo.engine.prefix import missing_fraction
 from kvcargo.engine.state import (
     D_INCOMING,
     D_QUEUED,
@@ -22,6 +23,7 @@ from kvcargo.engine.state import (
     P_HEAD,
     P_KV_HELD,
     P_NPREFILL,
+    P_PREFIX,
     P_STATE,
     P_TOPOLOGY,
     PORT_A,
@@ -76,6 +78,8 @@ def choose_decode(st, pr, r):
     st.r[r, DEST] = best
     st.d[best, D_INCOMING] += 1
     set_ports(st, pr, r, best)
+    if pr.ints[P_PREFIX]:
+        missing_fraction(st, pr, r, best)
     return best
 
 

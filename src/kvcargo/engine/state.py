@@ -27,8 +27,9 @@ PENDING, DONE, REJECTED = 0, 1, 2
 # Topologies.
 SHARED, NIC, DOMAIN = 0, 1, 2
 
-# ``State.t``: per-request timestamps (NaN: did not happen).
-PREFILL_START, FIRST_TOKEN, KV_START, KV_READY, DECODE_START, FINISH, WANT_MEMORY, RESERVED = range(8)
+# ``State.t``: per-request timestamps (NaN: did not happen); SEND_FRAC: with a decode-side
+# prefix cache, the fraction of the hand-off the receiver lacked (the rest was cached).
+PREFILL_START, FIRST_TOKEN, KV_START, KV_READY, DECODE_START, FINISH, WANT_MEMORY, RESERVED, SEND_FRAC = range(9)
 # ``State.r``: per-request integers (DEST: decode instance chosen before the transfer, or -1;
 # UNITS_DONE: units landed; HELD: slices ready while waiting for decode memory).
 # SENT: parts released into the network; PORT_A/PORT_B: the ports its units cross; BNEXT: the
@@ -38,8 +39,9 @@ PREFILL_START, FIRST_TOKEN, KV_START, KV_READY, DECODE_START, FINISH, WANT_MEMOR
 # ``State.p``: per prefill instance (colocated: the batch in flight of each instance).
 P_HEAD, P_TAIL, P_TOKENS, P_STATE, P_BATCH, P_BATCH_N, P_KV_HELD, P_SLICE = range(8)
 # ``State.d``: per decode (or colocated) instance; RQ: requests waiting to reserve memory.
+# LRU_*: the instance's prefix cache of prompt blocks (most recent at the head).
 (D_HEAD, D_TAIL, D_QUEUED, D_RUNNING, D_CONTEXT, D_KV_USED, D_STEPS, D_STATE, D_IS_PREFILL, D_FIN_N,
- D_INCOMING, D_RQ_HEAD, D_RQ_TAIL) = range(13)
+ D_INCOMING, D_RQ_HEAD, D_RQ_TAIL, D_LRU_HEAD, D_LRU_TAIL, D_LRU_N) = range(16)
 # ``State.stats``: per instance (prefill instances first): totals, the step in flight's start,
 # (and end), decompression work waiting for the next decode step, prefill-side KV held (integral, peak,
 # time of the last change).
@@ -67,7 +69,7 @@ F_NOW, F_LINK_J, F_TRANSIT_J, F_FLOW_T = range(4)
 PROMPT, OUTPUT, QUAD = range(3)
 # ``Params.ints``: limits and switches.
 (P_NPREFILL, P_NDECODE, P_COLOCATED, P_BUDGET, P_MAXBATCH, P_KVCAP, P_ENDPOINT, P_CHANNELS, P_GROUPS,
- P_TOPOLOGY, P_FAIR, P_RESERVE, P_EARLY, P_DECCOST, P_PREFILL_KVCAP, P_NICS) = range(16)
+ P_TOPOLOGY, P_FAIR, P_RESERVE, P_EARLY, P_DECCOST, P_PREFILL_KVCAP, P_NICS, P_PREFIX, P_BLOCK_TOKENS) = range(18)
 # ``Params.pf``: per port, bandwidth of one channel (bytes/s), latency (s), channels.
 PF_BW, PF_LATENCY, PF_CHANNELS = range(3)
 
@@ -86,6 +88,9 @@ class Params(NamedTuple):
     pf: np.ndarray
     domain: np.ndarray
     """NVLink domain of each instance (prefill first), for ``--topology nvlink-domain``."""
+    blocks: np.ndarray
+    block_offsets: np.ndarray
+    """With a prefix cache: each request's prompt blocks (dense ids), flat, with offsets."""
 
 
 class State(NamedTuple):
@@ -110,6 +115,8 @@ class State(NamedTuple):
     ports: np.ndarray
     port_busy: np.ndarray
     """Seconds of transfer per port (each unit counted at the first port it crosses)."""
+    lru: np.ndarray
+    """Per decode instance and block: previous and next block in its LRU list (-2: not cached)."""
     logf: np.ndarray
     """Decode steps in the order they ended: start, end (the first I_NSTEPS rows are used)."""
     logi: np.ndarray
@@ -121,7 +128,7 @@ FINISHED, LOG_FULL, EVENTS_FULL = 0, 1, 2
 
 
 def new_state(n: int, n_prefill: int, n_decode: int, n_stats: int, max_batch: int, ports: np.ndarray,
-              groups: int, fair: bool, log_capacity: int) -> State:
+              groups: int, fair: bool, log_capacity: int, n_blocks: int = 0) -> State:
     """Fresh state for ``n`` requests whose hand-offs are cut in ``groups`` parts.
 
     Colocated runs use the prefill rows for each instance's batch in flight and the decode rows
@@ -132,21 +139,22 @@ def new_state(n: int, n_prefill: int, n_decode: int, n_stats: int, max_batch: in
     r[:, [PORT_A, PORT_B, BNEXT]] = -1
     p = np.zeros((n_prefill, 8), dtype=np.int64)
     p[:, [P_HEAD, P_TAIL, P_BATCH]] = -1
-    d = np.zeros((n_decode, 13), dtype=np.int64)
-    d[:, [D_HEAD, D_TAIL, D_RQ_HEAD, D_RQ_TAIL]] = -1
+    d = np.zeros((n_decode, 16), dtype=np.int64)
+    d[:, [D_HEAD, D_TAIL, D_RQ_HEAD, D_RQ_TAIL, D_LRU_HEAD, D_LRU_TAIL]] = -1
     port_rows = np.zeros((len(ports), 3), dtype=np.int64)
     port_rows[:, [PORT_HEAD, PORT_TAIL]] = -1
     port_rows[:, PORT_FREE] = ports
     units = n * groups
     events = 4 * (n_prefill + n_decode + 3 * int(ports.sum())) + 128
     return State(
-        t=np.full((n, 8), np.nan), r=r, p=p, d=d,
+        t=np.full((n, 9), np.nan), r=r, p=p, d=d,
         fin=np.zeros((n_decode, max(1, min(max_batch, n)), 2), dtype=np.int64),
         stats=np.zeros((n_stats, 13)), i=np.zeros(9, dtype=np.int64), f=np.zeros(4),
         evt=np.zeros(events), evi=np.zeros((events, 3), dtype=np.int64),
         unext=np.full(units, -1, dtype=np.int64), uf=np.zeros((units if fair else 1, 2)),
         active=np.zeros(units if fair else 1, dtype=np.int64),
-        ports=port_rows, port_busy=np.zeros(len(ports)), logf=np.zeros((log_capacity, 2)), logi=np.zeros((log_capacity, 2), dtype=np.int64),
+        ports=port_rows, port_busy=np.zeros(len(ports)), lru=np.full((n_decode, max(n_blocks, 1), 2), -2),
+        logf=np.zeros((log_capacity, 2)), logi=np.zeros((log_capacity, 2), dtype=np.int64),
     )
 
 
