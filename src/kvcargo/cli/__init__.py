@@ -19,9 +19,19 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from kvcargo.cli import catalog, handoff, reproduce, simulate, trace_stats, validate
+    from kvcargo.cli import (
+        capacity,
+        catalog,
+        handoff,
+        plan,
+        reproduce,
+        simulate,
+        sweep,
+        trace_stats,
+        validate,
+    )
 
-    for module in (handoff, catalog, simulate, reproduce, trace_stats, validate):
+    for module in (handoff, catalog, simulate, reproduce, sweep, capacity, plan, trace_stats, validate):
         cli.add_command(module.command)
 
 

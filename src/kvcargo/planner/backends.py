@@ -1,0 +1,255 @@
+"""Where the planner's runs execute, behind one interface: ``backend.map(fn, items)``.
+
+``map`` yields ``(index, result)`` pairs as runs finish (so a progress bar can move); callers
+put them back in ``items`` order, which is why the results never depend on the backend. ``fn``
+must be a module-level function (it is pickled to the workers). An exception inside ``fn`` or a
+worker that dies is yielded as a :class:`TaskError` in place of that item's result, so one bad
+run never stops the others.
+
+* ``local`` (default): every core of this machine, one process each (``spawn``, so the workers
+  start clean and load the simulator's compiled cache from disk).
+* ``ray`` (``kvcargo[ray]``): connects to ``--address`` / ``RAY_ADDRESS``, or starts a local
+  Ray instance (and stops it afterwards).
+* ``dask`` (``kvcargo[dask]``): a ``distributed`` scheduler at ``--address`` /
+  ``DASK_SCHEDULER_ADDRESS``, or a local cluster of processes.
+
+Items travel in chunks (several runs per task) because a simulation can take milliseconds,
+less than shipping a task.
+
+Workers run numpy's BLAS on one thread (:data:`SINGLE_THREAD`; Ray and Dask workers do so by
+default, local workers are started so): one process per core should not oversubscribe, and a
+BLAS reduction's last bit depends on its thread count (``itl_mean`` is such a dot product), so
+the rows are bit-identical on every backend. Runs in this process (:class:`InlineBackend`) use
+whatever this process uses.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+from kvcargo.errors import KvcargoError
+
+BACKENDS = ("local", "ray", "dask")
+SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _single_threaded() -> None:
+    """Worker initializer: one BLAS thread (before numpy is imported by the first task)."""
+    os.environ.update(SINGLE_THREAD)
+
+
+@dataclass(frozen=True)
+class TaskError:
+    """What a run raised (or why its worker died), in place of its result."""
+
+    message: str
+    kind: str = "Exception"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def describe_exception(exc: BaseException) -> str:
+    """One line: the message of a KvcargoError, else ``Type: message`` and where it happened."""
+    if isinstance(exc, KvcargoError):
+        return str(exc)
+    where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    at = f" (at {os.path.basename(where[0].filename)}:{where[0].lineno})" if where else ""
+    return f"{type(exc).__name__}: {exc}{at}".replace("\n", " ")
+
+
+def run_chunk(fn: Callable[[Any], Any], chunk: Sequence[Any]) -> list[Any]:
+    """Apply ``fn`` to every item; an exception becomes a :class:`TaskError` for that item."""
+    out: list[Any] = []
+    for item in chunk:
+        try:
+            out.append(fn(item))
+        except Exception as exc:  # noqa: BLE001 - recorded per run, the others go on
+            out.append(TaskError(describe_exception(exc), type(exc).__name__))
+    return out
+
+
+def chunks(n: int, workers: int, per_worker: int = 4, max_size: int = 64) -> list[range]:
+    """Split ``range(n)`` into contiguous chunks: about ``per_worker`` per worker, at most ``max_size``."""
+    if n <= 0:
+        return []
+    size = max(1, min(max_size, -(-n // (max(1, workers) * per_worker))))
+    return [range(i, min(n, i + size)) for i in range(0, n, size)]
+
+
+class Backend:
+    """The interface: ``map(fn, items)`` yielding ``(index, result)`` as runs finish."""
+
+    name = "base"
+    workers = 1
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what this backend started (pools, clusters)."""
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{self.name} backend, {self.workers} workers>"
+
+
+class InlineBackend(Backend):
+    """Everything in this process, in order (one worker, tests, tiny jobs)."""
+
+    name = "inline"
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        for i, item in enumerate(items):
+            yield i, run_chunk(fn, [item])[0]
+
+
+class LocalBackend(Backend):
+    """A pool of worker processes on this machine (default: one per core)."""
+
+    name = "local"
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = workers or os.cpu_count() or 1
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_single_threaded)
+        return self._pool
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        if not items:
+            return
+        pool = self._executor()
+        pending = {pool.submit(run_chunk, fn, [items[i] for i in r]): r for r in chunks(len(items), self.workers)}
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                r = pending.pop(fut)
+                yield from _chunk_results(r, fut.result, "a worker process")
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+
+def _chunk_results(r: range, get: Callable[[], list[Any]], who: str) -> Iterator[tuple[int, Any]]:
+    """The results of one chunk, or one TaskError per item when the chunk itself failed."""
+    try:
+        results = get()
+    except Exception as exc:  # noqa: BLE001 - a dead worker fails its runs, not the sweep
+        err = TaskError(f"{who} failed: {describe_exception(exc)}", type(exc).__name__)
+        results = [err] * len(r)
+    yield from zip(r, results)
+
+
+class RayBackend(Backend):
+    """Tasks on a Ray cluster: ``address`` / ``RAY_ADDRESS``, else a local instance."""
+
+    name = "ray"
+
+    def __init__(self, workers: int | None = None, address: str | None = None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise KvcargoError("the ray backend needs Ray: pip install 'kvcargo[ray]'") from None
+        self._ray = ray
+        self._started = False
+        if not ray.is_initialized():
+            address = address or os.environ.get("RAY_ADDRESS")
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                      "configure_logging": False,
+                                      "runtime_env": {"env_vars": dict(SINGLE_THREAD)}}
+            if address:
+                kwargs["address"] = address
+            else:
+                kwargs["num_cpus"] = workers or os.cpu_count() or 1
+            try:
+                ray.init(**kwargs)
+            except Exception as exc:  # noqa: BLE001 - surface as one line
+                raise KvcargoError(f"cannot start or reach Ray ({address or 'local'}): {exc}") from None
+            self._started = True
+        self.workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self._remote = ray.remote(run_chunk)
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        ray = self._ray
+        fn_ref = ray.put(fn)
+        pending = {self._remote.remote(fn_ref, [items[i] for i in r]): r for r in chunks(len(items), self.workers)}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                r = pending.pop(ref)
+                yield from _chunk_results(r, lambda ref=ref: ray.get(ref), "a Ray task")
+
+    def close(self) -> None:
+        if self._started:
+            self._ray.shutdown()
+            self._started = False
+
+
+class DaskBackend(Backend):
+    """Tasks on a Dask ``distributed`` scheduler: ``address``, else a local cluster."""
+
+    name = "dask"
+
+    def __init__(self, workers: int | None = None, address: str | None = None) -> None:
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:
+            raise KvcargoError("the dask backend needs Dask: pip install 'kvcargo[dask]'") from None
+        address = address or os.environ.get("DASK_SCHEDULER_ADDRESS")
+        self._cluster = None
+        try:
+            if address:
+                self._client = Client(address)
+            else:
+                self._cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1,
+                                             processes=True, dashboard_address=None)
+                self._client = Client(self._cluster)
+        except Exception as exc:  # noqa: BLE001 - surface as one line
+            raise KvcargoError(f"cannot start or reach Dask ({address or 'local'}): {exc}") from None
+        self.workers = workers or max(1, sum(self._client.nthreads().values()))
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        from distributed import as_completed
+
+        parts = chunks(len(items), self.workers)
+        futures = [self._client.submit(run_chunk, fn, [items[i] for i in r], pure=False) for r in parts]
+        index = {f.key: r for f, r in zip(futures, parts)}
+        for fut in as_completed(futures):
+            yield from _chunk_results(index[fut.key], fut.result, "a Dask task")
+
+    def close(self) -> None:
+        self._client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+
+
+def get_backend(name: str = "local", workers: int | None = None, address: str | None = None) -> Backend:
+    """A backend by name: ``local`` (default), ``ray``, ``dask`` (``inline`` for in-process)."""
+    if workers is not None and workers < 1:
+        raise KvcargoError(f"--workers must be >= 1, got {workers}")
+    if name == "local":
+        return LocalBackend(workers)
+    if name == "inline":
+        return InlineBackend()
+    if name == "ray":
+        return RayBackend(workers, address)
+    if name == "dask":
+        return DaskBackend(workers, address)
+    raise KvcargoError(f"unknown backend {name!r}; valid choices: {', '.join(BACKENDS)}")

@@ -1,0 +1,292 @@
+"""Capacity: the analytic ceilings of Appendix B and the highest sustainable rate.
+
+Ceilings (requests per second) for mean prompt p and mean output o, from the cost model:
+
+* prefill: ``n = max(1, ⌊budget/p⌋)`` prompts of p tokens per step, ``n / t_prefill(n × p)``
+  per instance (plus the GPU compression pass when the codec runs at the endpoint);
+* decode: batch ``b = max(1, min(max_batch, ⌊KVcap/(p+o)⌋))``, ``b / t_dec(b contexts of
+  ⌊p + o/2⌋) / max(1, o − 1)`` per instance;
+* link: ``channels / t_transfer(p · KV_tok)`` (compression included);
+* colocated: ``N / (1/prefill + 1/decode)`` on the colocated pool (``--device``), N instances.
+
+The bound is their minimum (pool totals: per-instance ceilings × instances). The search starts
+at the bound, multiplies the rate by 1.5 while SLO attainment stays ≥ target, then bisects until
+``hi − lo ≤ rtol·hi`` and answers ``lo`` (0 when even a tiny rate misses the target).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kvcargo.config import SimConfig, resolve
+from kvcargo.cost import Pool, decode_step, elementwise_pass, kv_capacity, prefill_step, shape
+from kvcargo.errors import KvcargoError
+from kvcargo.handoff import endpoint_work, transfers
+
+TARGET = 0.9
+"""Default share of (steady) requests that must meet both SLOs."""
+RTOL = 0.02
+"""Default relative width at which the bisection stops."""
+GROWTH = 1.5
+"""Factor of the bracketing phase."""
+MAX_EXPANSIONS = 60
+MIN_FRACTION = 2.0 ** -12
+"""Give up (answer 0) once the bracket's top falls below this fraction of the start."""
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """Per-resource ceilings in req/s (pool totals) and what they were computed from."""
+
+    mode: str
+    prompt: float
+    output: float
+    prefill: float
+    decode: float
+    link: float
+    """``inf`` in colocated mode (no hand-off)."""
+    colocated: float
+    bound: float
+    bound_by: str
+    prefill_per_instance: float
+    decode_per_instance: float
+    prefill_instances: int
+    decode_instances: int
+    prefill_batch: int
+    prefill_step_s: float
+    decode_batch: int
+    decode_context: int
+    decode_step_s: float
+    kv_capacity: int
+    transfer_s: float
+    channels: int
+    colocated_instances: int
+    colocated_per_instance_prefill: float
+    colocated_per_instance_decode: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def mean_lengths(config: SimConfig) -> tuple[float, float]:
+    """Mean prompt and output lengths: the configuration's, or a trace's when one is replayed."""
+    if config.workload_file:
+        from kvcargo.config import load_workload
+
+        w = load_workload(config)
+        return float(np.mean(w.prompt)), float(np.mean(w.output))
+    return config.prompt, config.output
+
+
+def _prefill_ceiling(config: SimConfig, model, pool: Pool, p: float, compression) -> tuple[float, int, float]:
+    n = max(1, math.floor(config.token_budget / p))
+    s = max(1, round(p))
+    t = prefill_step(model, pool, [s] * n, config.lm_head).time
+    if compression is not None and compression.at == "endpoint":
+        nbytes = np.full(n, float(shape(model).handoff_bytes(s)))
+        ops, moved = endpoint_work(compression, nbytes, np.full(n, s), model.kv_bytes)
+        t += elementwise_pass(pool.coefficients(), float(ops.sum()), float(moved.sum()))[0]
+    return n / t, n, t
+
+
+def _decode_ceiling(config: SimConfig, model, pool: Pool, kvcap: int, p: float, o: float) -> tuple[float, int, int, float]:
+    b = max(1, min(config.max_batch, math.floor(kvcap / (p + o))))
+    ctx = math.floor(p + o / 2)
+    t = decode_step(model, pool, b, ctx).time
+    return b / t / max(1, o - 1), b, ctx, t
+
+
+def ceilings(config: SimConfig) -> Ceilings:
+    """The analytic ceilings of a configuration (Appendix B)."""
+    res = resolve(config)
+    model = res.model
+    p, o = mean_lengths(config)
+    colocated_pool = Pool(res.catalog.device(config.device), config.devices_per_instance,
+                          _cap(config.power_cap, None), config.dvfs)
+    n_col = config.colocated_instances
+    col_kv = kv_capacity(model, colocated_pool)
+    if res.colocated:
+        pf, n_pf, t_pf = _prefill_ceiling(config, model, colocated_pool, p, None)
+        dc, b, ctx, t_dc = _decode_ceiling(config, model, colocated_pool, res.kv_capacity, p, o)
+        col = n_col / (1 / pf + 1 / dc)
+        return Ceilings("colocated", p, o, pf * n_col, dc * n_col, math.inf, col, col, "colocated",
+                        pf, dc, n_col, n_col, n_pf, t_pf, b, ctx, t_dc, res.kv_capacity, 0.0, 0,
+                        n_col, pf, dc)
+    pf, n_pf, t_pf = _prefill_ceiling(config, model, res.prefill_pool, p, res.compression)
+    dc, b, ctx, t_dc = _decode_ceiling(config, model, res.decode_pool, res.kv_capacity, p, o)
+    xfer = transfers(res.link, res.compression, np.array([shape(model).handoff_bytes(p)], dtype=np.float64),
+                     model.kv_bytes)
+    t_x = float(xfer.duration[0])
+    link = res.channels / t_x
+    topology = getattr(config, "topology", "shared")
+    if topology == "nic":  # a NIC (or several) per instance: pairs of instances transfer in parallel
+        link = link * min(res.n_prefill, res.n_decode) * getattr(config, "nics_per_instance", 1)
+    elif topology != "shared":  # NVLink domains: no single link to fill
+        link = math.inf
+    if col_kv > 0:
+        cpf = _prefill_ceiling(config, model, colocated_pool, p, None)[0]
+        cdc = _decode_ceiling(config, model, colocated_pool, col_kv, p, o)[0]
+        col = n_col / (1 / cpf + 1 / cdc)
+    else:  # the model does not fit one colocated instance of --device
+        cpf = cdc = col = 0.0
+    totals = {"prefill": pf * res.n_prefill, "decode": dc * res.n_decode, "link": link}
+    bound_by = min(totals, key=totals.__getitem__)
+    return Ceilings("disagg", p, o, totals["prefill"], totals["decode"], link, col, totals[bound_by], bound_by,
+                    pf, dc, res.n_prefill, res.n_decode, n_pf, t_pf, b, ctx, t_dc, res.kv_capacity, t_x,
+                    res.channels, n_col, cpf, cdc)
+
+
+def _cap(global_cap: float | None, pool_cap: float | None) -> float | None:
+    caps = [c for c in (global_cap, pool_cap) if c is not None]
+    return min(caps) if caps else None
+
+
+# ------------------------------------------------------------------------------------ search
+
+
+PROBE_KEYS = ("slo_attainment", "ttft_p99", "tpot_p99", "goodput_rps", "link_busy", "output_tok_per_s",
+              "e2e_mean", "requests")
+STEADY_LIFETIMES = 3.0
+"""A run shorter than this many mean request lifetimes measures a transient, not a steady state."""
+
+
+@dataclass
+class Search:
+    """The bracket-and-bisect search: the answer and every probe, in order."""
+
+    rate: float
+    """Highest rate found with SLO attainment ≥ target (0 if none)."""
+    target: float
+    rtol: float
+    start: float
+    lo: float
+    hi: float
+    feasible: bool
+    probes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def simulations(self) -> int:
+        return len(self.probes)
+
+    @property
+    def lifetimes(self) -> float | None:
+        """How many mean request lifetimes (E2E) the answer's run spans: arrivals last
+        ``requests / rate`` seconds. Below :data:`STEADY_LIFETIMES` the answer measures how
+        much backlog a short run absorbs rather than a steady state (use more requests)."""
+        for p in self.probes:
+            if p["rate"] == self.rate and self.rate > 0 and p["e2e_mean"] > 0:
+                return p["requests"] / self.rate / p["e2e_mean"]
+        return None
+
+    @property
+    def steady(self) -> bool:
+        life = self.lifetimes
+        return life is None or life >= STEADY_LIFETIMES
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["simulations"] = self.simulations
+        d["lifetimes"] = self.lifetimes
+        d["steady"] = self.steady
+        return d
+
+
+def probe_summary(config: SimConfig) -> dict[str, Any]:
+    """Simulate one probe; keep the few numbers the search and the plots use."""
+    from kvcargo.simulation import simulate
+
+    s = simulate(config).summary
+    return {k: float(s[k]) for k in PROBE_KEYS}
+
+
+def search(config: SimConfig, target: float = TARGET, rtol: float = RTOL, start: float | None = None,
+           probe: Callable[[SimConfig], dict[str, Any]] = probe_summary) -> Search:
+    """Highest sustainable rate of ``config`` (its ``rate`` is ignored; everything else is kept)."""
+    check_target(target, rtol)
+    if getattr(config, "time_scale", None) is not None:
+        raise KvcargoError("capacity searches the arrival rate: drop --time-scale")
+    if start is None:
+        start = ceilings(config).bound
+    if not (start > 0 and math.isfinite(start)):
+        raise KvcargoError(f"cannot search from a rate of {start!r} req/s")
+    result = Search(0.0, target, rtol, start, 0.0, start, False)
+
+    def ok(rate: float) -> bool:
+        s = probe(config.replace(rate=rate))
+        met = s["slo_attainment"]
+        good = bool(met >= target)  # NaN (nothing completed) is a miss
+        result.probes.append({"rate": rate, **s, "ok": good})
+        return good
+
+    lo, hi = 0.0, start
+    expansions = 0
+    while ok(hi):
+        lo = hi
+        hi = hi * GROWTH
+        expansions += 1
+        if expansions >= MAX_EXPANSIONS:
+            raise KvcargoError(f"SLO attainment stays above {target:g} up to {lo:.4g} req/s; "
+                               "is the workload empty or the SLO unbounded?")
+    while hi - lo > rtol * hi:
+        if lo == 0.0 and hi < start * MIN_FRACTION:
+            break
+        mid = (lo + hi) / 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    result.lo, result.hi, result.rate, result.feasible = lo, hi, lo, lo > 0
+    return result
+
+
+def check_target(target: float, rtol: float) -> None:
+    if not (0 < target <= 1):
+        raise KvcargoError(f"--target must be in (0, 1], got {target:g}")
+    if not (0 < rtol < 1):
+        raise KvcargoError(f"--rtol must be in (0, 1), got {rtol:g}")
+
+
+def capacity(config: SimConfig, target: float = TARGET, rtol: float = RTOL,
+             do_search: bool = True) -> dict[str, Any]:
+    """Ceilings and (optionally) the search, as plain data (what ``capacity --json`` prints)."""
+    ceil = ceilings(config)
+    out: dict[str, Any] = {"config": config.model_dump(), "ceilings": ceil.as_dict()}
+    if do_search:
+        out["search"] = search(config, target, rtol, ceil.bound).as_dict()
+    return out
+
+
+MAX_STEADY_REQUESTS = 50_000
+"""Most requests :func:`steady_capacity` lets a probe have."""
+
+
+def steady_capacity(config: SimConfig, target: float = TARGET, rtol: float = RTOL,
+                    max_requests: int = MAX_STEADY_REQUESTS) -> dict[str, Any]:
+    """:func:`capacity`, searched again with more requests while the answer's run is shorter
+    than :data:`STEADY_LIFETIMES` request lifetimes (generated workloads only; at most three
+    times). The data's ``config`` carries the request count used."""
+    data = capacity(config, target, rtol)
+    for _ in range(3):
+        s = data["search"]
+        life = s["lifetimes"]
+        if s["steady"] or life is None or config.workload_file or config.requests >= max_requests:
+            break
+        want = math.ceil(config.requests * STEADY_LIFETIMES * 1.25 / life / 100) * 100
+        config = config.replace(requests=min(max_requests, max(want, config.requests + 100)))
+        data = capacity(config, target, rtol)
+    return data
+
+
+def capacity_task(payload: dict[str, Any]) -> dict[str, Any]:
+    """A worker task of the planner: ``{config, target, rtol, steady}`` → :func:`capacity`'s data
+    (:func:`steady_capacity`'s when ``steady``)."""
+    config = SimConfig.build(**payload["config"])
+    target, rtol = payload.get("target", TARGET), payload.get("rtol", RTOL)
+    if payload.get("steady"):
+        return steady_capacity(config, target, rtol)
+    return capacity(config, target, rtol)

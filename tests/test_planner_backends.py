@@ -1,0 +1,79 @@
+"""Execution backends: the same sweep gives equal rows on local processes, Ray and Dask."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from kvcargo.errors import KvcargoError
+from kvcargo.planner import grid as grid_mod
+from kvcargo.planner.backends import LocalBackend, TaskError, get_backend
+from kvcargo.planner.sweep import run_sweep
+
+GRID = grid_mod.build({"requests": 300}, ["rate=8,14", "link=ib-ndr,eth-25g", "kv-compress=default,fp8"])
+
+
+def explode(x: int) -> int:
+    if x == 3:
+        raise ValueError("three is right out")
+    if x == 5:
+        os._exit(1)  # the worker process dies
+    return x * x
+
+
+@pytest.fixture(scope="module")
+def local_rows() -> list[dict]:
+    with LocalBackend(2) as be:
+        return run_sweep(GRID, be).rows
+
+
+def test_local_processes_run_the_grid(local_rows: list[dict]) -> None:
+    assert len(local_rows) == 8 and all(r["status"] == "ok" for r in local_rows)
+    assert [r["key"] for r in local_rows] == [grid_mod.point_key(p) for p in GRID.points()]
+
+
+def test_local_backend_records_exceptions_and_dead_workers() -> None:
+    with LocalBackend(2) as be:
+        out = dict(be.map(explode, [1, 2, 3, 4]))
+    assert (out[0], out[1], out[3]) == (1, 4, 16)  # keyed by position in the items
+    assert isinstance(out[2], TaskError) and out[2].kind == "ValueError"
+    assert out[2].message.startswith("ValueError: three is right out (at test_planner_backends.py:")
+    with LocalBackend(1) as be:
+        dead = dict(be.map(explode, [5]))
+    assert isinstance(dead[0], TaskError) and "worker process failed" in dead[0].message
+
+
+def test_unknown_backend_and_bad_workers() -> None:
+    with pytest.raises(KvcargoError, match="unknown backend 'spark'"):
+        get_backend("spark")
+    with pytest.raises(KvcargoError, match="--workers must be >= 1"):
+        get_backend("local", workers=0)
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.ray
+def test_ray_gives_the_same_rows_as_local(ray_instance, local_rows: list[dict], tmp_path) -> None:
+    with get_backend("ray") as be:
+        assert be.workers == 2
+        res = run_sweep(GRID, be, tmp_path / "ray.csv")
+    assert res.rows == local_rows
+    with LocalBackend(2) as be:
+        run_sweep(GRID, be, tmp_path / "local.csv")
+    assert (tmp_path / "ray.csv").read_bytes() == (tmp_path / "local.csv").read_bytes()
+    assert ray_instance.is_initialized()  # an instance the backend did not start is left running
+
+
+@pytest.mark.dask
+def test_dask_gives_the_same_rows_as_local(local_rows: list[dict]) -> None:
+    pytest.importorskip("distributed")
+    with get_backend("dask", workers=2) as be:
+        res = run_sweep(GRID, be)
+    assert res.rows == local_rows
