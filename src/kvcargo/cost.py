@@ -353,7 +353,9 @@ class Pool:
 
 
 def kv_capacity(model: Model, pool: Pool) -> int:
-    """KV tokens that fit in one instance after the weights: ``floor((cap·n·0.9 − W_res)/KV_tok)``.
+    """KV tokens that fit in one instance after the weights: ``floor((cap·n·0.9 − W_res)/KV_tok)``
+    (§2.2). An MLA latent is not split by tensor parallelism: each of the n devices keeps it, so
+    a token costs ``n·KV_tok`` there.
 
     Returns a non-positive number when the model does not fit (see :func:`require_fit`).
     """
@@ -361,7 +363,8 @@ def kv_capacity(model: Model, pool: Pool) -> int:
     free = pool.device.capacity * pool.n * HBM_USABLE - s.w_res
     if free <= 0:
         return 0
-    return math.floor(free / s.kv_per_token)
+    per_token = s.kv_per_token * pool.n if model.kv_layout == "mla" else s.kv_per_token
+    return math.floor(free / per_token)
 
 
 def require_fit(model: Model, pool: Pool, role: str) -> int:

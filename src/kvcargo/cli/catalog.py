@@ -36,9 +36,10 @@ def _models(cat: catalog_mod.Catalog) -> str:
     rows = []
     for key, m in cat.models.items():
         s = shape(m)
-        rows.append([key, m.name, m.layers, f"{m.kv_heads}×{m.head_dim}", f"{s.p_total / 1e9:.2f} B",
-                     f"{s.kv_per_token:,} B"])
-    return table(["key", "name", "layers", "KV heads×dim", "params", "KV per token"], rows, "llrrrr")
+        kv = (f"latent {m.kv_lora_rank}+{m.qk_rope_dim}" if m.kv_layout == "mla"
+              else f"{m.kv_layout} {m.kv_heads}×{m.head_dim}")
+        rows.append([key, m.name, m.layers, kv, f"{s.p_total / 1e9:.2f} B", f"{s.kv_per_token:,} B"])
+    return table(["key", "name", "layers", "KV cache", "params", "KV per token"], rows, "llrrrr")
 
 
 def _devices(cat: catalog_mod.Catalog) -> str:

@@ -51,7 +51,9 @@ def panel(r: HandoffResult, link_name: str, model_name: str, pool: Pool) -> str:
     """The chapter's result panel."""
     codec = "uncompressed" if r.codec == "none" else f"{r.codec} (÷{r.ratio:.3g})"
     rows = [
-        ("KV to hand off", bytes_(r.kv_bytes), f"{r.prompt_tokens:,} tokens × {r.kv_bytes_per_token:,} B"),
+        ("KV to hand off", bytes_(r.kv_bytes), f"{r.prompt_tokens:,} tokens × {r.kv_bytes_per_token:,} B"
+         if r.kv_bytes == r.prompt_tokens * r.kv_bytes_per_token else
+         f"{r.prompt_tokens:,} tokens, sliding-window layers capped"),
         ("On the wire", bytes_(r.wire_bytes), codec),
         ("Transfer", seconds(r.transfer_s), f"{link_name}, {rate_bps(r.bandwidth)}"),
         ("Prefill", seconds(r.prefill_s), f"{pool.n}× {pool.device.name}"),
