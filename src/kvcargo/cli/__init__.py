@@ -28,10 +28,11 @@ def _register() -> None:
         simulate,
         sweep,
         trace_stats,
+        ui,
         validate,
     )
 
-    for module in (handoff, catalog, simulate, reproduce, sweep, capacity, plan, trace_stats, validate):
+    for module in (handoff, catalog, simulate, reproduce, sweep, capacity, plan, ui, trace_stats, validate):
         cli.add_command(module.command)
 
 

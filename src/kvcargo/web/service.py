@@ -1,0 +1,189 @@
+"""What the web API computes, without the web: the calculator panel, the catalog, a simulation
+payload. The FastAPI routes (:mod:`kvcargo.web.app`) only parse, bound and serialise.
+
+Parameter names and defaults are the CLI's: the calculator's come from the ``kvcargo handoff``
+command itself, the simulator's from :class:`~kvcargo.config.SimConfig`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kvcargo import catalog as catalog_mod
+from kvcargo.cli import handoff as handoff_cli
+from kvcargo.cli.simulate import jsonable
+from kvcargo.config import SimConfig, describe
+from kvcargo.cost import Pool
+from kvcargo.errors import KvcargoError
+from kvcargo.handoff import Compression, HandoffResult, calculate
+from kvcargo.report.text import ms, pct
+
+_CLI = {p.name: p.default for p in handoff_cli.command.params}
+"""``kvcargo handoff``'s defaults: the calculator API uses exactly these."""
+
+MAX_PROMPT = 10_000_000
+"""Largest prompt the calculator accepts (tokens)."""
+
+# Bounds the web API puts on simulation parameters on top of SimConfig's own (one request must not
+# exhaust the machine). ``requests`` is bounded by the server's ``max_requests`` instead.
+SIM_LIMITS: dict[str, float] = {
+    "prefill": 64, "decode": 64, "instances": 128, "link_channels": 64,
+    "devices_per_instance": 64, "prefill_devices_per_instance": 64, "decode_devices_per_instance": 64,
+    "prompt": 1_048_576, "output": 65_536, "max_batch": 4096, "token_budget": 1_048_576,
+    "layer_groups": 256, "nics_per_instance": 64, "domain_size": 1024,
+}
+SERVER_ONLY = ("catalog", "workload_file")
+"""SimConfig fields that name files on the server: not accepted from a web client."""
+
+
+class HandoffParams(BaseModel):
+    """``GET /api/handoff`` query: ``kvcargo handoff``'s options (one hand-off, no ``--links``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = _CLI["model"]
+    prompt: Annotated[int, Field(ge=1, le=MAX_PROMPT)] = _CLI["prompt"]
+    link: str = _CLI["link"]
+    kv_compress: str | None = _CLI["kv_compress"]
+    kv_keep: Annotated[float, Field(gt=0, le=1)] | None = _CLI["kv_keep"]
+    kv_ratio: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = _CLI["kv_ratio"]
+    send: Literal["whole", "layerwise"] = _CLI["send"]
+    device: str = _CLI["device"]
+    devices_per_instance: Annotated[int, Field(ge=1, le=1024)] = _CLI["devices_per_instance"]
+
+
+def parse_handoff(query: Sequence[tuple[str, str]]) -> HandoffParams:
+    """Validate query parameters (each at most once; an empty ``kv_*`` parameter is unset)."""
+    values: dict[str, str] = {}
+    for key, value in query:
+        if key in values:
+            raise KvcargoError(f"parameter {key} given more than once")
+        values[key] = value
+    for key in ("kv_compress", "kv_keep", "kv_ratio"):
+        if values.get(key) == "":
+            del values[key]
+    try:
+        return HandoffParams(**values)
+    except ValidationError as exc:
+        raise KvcargoError(describe(exc)) from None
+
+
+def handoff(params: HandoffParams, catalog_files: Sequence[str] = ()) -> dict[str, Any]:
+    """The calculator: ``kvcargo handoff --json``'s numbers plus the CLI's text panel (``panel``)."""
+    cat = catalog_mod.load(catalog_files)
+    m = cat.model(params.model)
+    pool = Pool(cat.device(params.device), params.devices_per_instance)
+    link = cat.link(params.link)
+    codec = (Compression(cat.codec(params.kv_compress), "transit", params.kv_keep, params.kv_ratio)
+             if params.kv_compress else None)
+    result = calculate(m, params.prompt, link, pool, codec, params.send)
+    return {**result.as_dict(), "layers": m.layers, "panel": panel(result, link.name, m.name, pool)}
+
+
+def panel(result: HandoffResult, link_name: str, model_name: str, pool: Pool) -> dict[str, Any]:
+    """``kvcargo handoff``'s text panel as a title and (label, value, note) rows: the very strings
+    the CLI prints, so the page and the terminal cannot disagree."""
+    title, *lines = handoff_cli.panel(result, link_name, model_name, pool).splitlines()
+    rows = []
+    for line in lines:
+        cells = re.split(r"\s{2,}", line.strip(), maxsplit=2)
+        if len(cells) != 3:
+            raise RuntimeError(f"unexpected panel line {line!r}")
+        rows.append(cells)
+    return {"title": title, "rows": rows}
+
+
+def catalog(catalog_files: Sequence[str] = ()) -> dict[str, Any]:
+    """Every catalog entry by kind (SI units), as ``kvcargo catalog KIND --json``."""
+    cat = catalog_mod.load(catalog_files)
+    return {kind: {k: e.model_dump() for k, e in getattr(cat, kind).items()} for kind in catalog_mod.KINDS}
+
+
+def handoff_defaults() -> dict[str, Any]:
+    return HandoffParams().model_dump()
+
+
+def simulate_defaults() -> dict[str, Any]:
+    """SimConfig's defaults (``rate`` None means DEFAULT_RATE), less the server-only fields."""
+    d = SimConfig().model_dump()
+    for key in SERVER_ONLY:
+        d.pop(key)
+    return d
+
+
+def check_simulation(body: Any, max_requests: int, catalog_files: Sequence[str] = ()) -> SimConfig:
+    """Validate a ``POST /api/simulate`` body into a SimConfig, within the web API's bounds."""
+    if not isinstance(body, Mapping):
+        raise KvcargoError("the body must be a JSON object of simulation parameters")
+    for key in SERVER_ONLY:
+        if key in body:
+            raise KvcargoError(f"--{key.replace('_', '-')} names a file on the server: not accepted by the web API")
+    for key in body:
+        if key not in SimConfig.model_fields:
+            raise KvcargoError(f"unknown parameter --{str(key).replace('_', '-')}")
+    config = SimConfig.build(**body)
+    if config.requests > max_requests:
+        raise KvcargoError(f"invalid --requests (got {config.requests}): at most {max_requests:,} per run "
+                           "in the web API (kvcargo ui --max-requests)")
+    for key, limit in SIM_LIMITS.items():
+        value = getattr(config, key)
+        if value is not None and value > limit:
+            raise KvcargoError(f"invalid --{key.replace('_', '-')} (got {value:g}): at most {limit:,.0f} "
+                               "in the web API")
+    if catalog_files:
+        config = config.replace(catalog=tuple(catalog_files))
+    return config
+
+
+RESULT_ROWS = [
+    ("ttft_p50", "TTFT p50"), ("ttft_p99", "TTFT p99"),
+    ("tpot_p50", "TPOT p50"), ("tpot_p99", "TPOT p99"),
+    ("handoff_p50", "Hand-off p50"), ("handoff_p99", "Hand-off p99"),
+    ("link_busy", "Link busy"), ("slo_attainment", "SLO attainment"), ("goodput_rps", "Goodput"),
+    ("j_per_token", "Energy per output token"), ("link_j_per_request", "Link energy per request"),
+    ("completed", "Completed"),
+]
+
+
+def result_table(summary: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The page's results table, formatted as the CLI report formats these figures."""
+
+    def text(key: str) -> str:
+        x = summary[key]
+        if key.endswith(("_p50", "_p99")):
+            return "—" if x is None or math.isnan(x) else f"{ms(x)} ms"
+        if key in ("link_busy", "link_j_per_request") and not summary["transfers"]:
+            return "— (no hand-off)"
+        if key in ("link_busy", "slo_attainment"):
+            return pct(x)
+        if key == "goodput_rps":
+            return "—" if math.isnan(x) else f"{x:.2f} req/s"
+        if key == "j_per_token":
+            return "—" if math.isnan(x) else f"{x:.3f} J"
+        if key == "link_j_per_request":
+            return f"{x:.4f} J"
+        rejected = f" ({summary['rejected']:,} rejected: KV never fits)" if summary["rejected"] else ""
+        return f"{summary['completed']:,} of {summary['requests']:,}{rejected}"
+
+    return [{"key": key, "label": label, "text": text(key)} for key, label in RESULT_ROWS]
+
+
+def run_simulation(config: dict[str, Any], bins: int = 200) -> dict[str, Any]:
+    """One run as the API returns it: ``config`` and ``summary`` exactly as ``kvcargo simulate
+    --json`` prints them, then the page's ``table``, ``plots`` and the run's ``wall_s``."""
+    from kvcargo.report.timeseries import plot_data
+    from kvcargo.simulation import simulate
+
+    t0 = time.perf_counter()
+    result = simulate(SimConfig.build(**config))
+    payload = jsonable(result.to_dict())
+    payload["table"] = result_table(result.summary)
+    payload["plots"] = jsonable(plot_data(result, bins))
+    payload["wall_s"] = time.perf_counter() - t0
+    return payload

@@ -1,0 +1,436 @@
+// kvcargo ui: the calculator and the live simulator. Every number comes from the JSON API (the
+// same code as the CLI); this script only collects inputs, draws and plots.
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+const state = { catalog: null, presets: [], calcSeq: 0, calcAbort: null, lastCalc: null, runPreset: null };
+
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = v;
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) e.append(c);
+  return e;
+}
+
+function showError(id, message) {
+  const box = $(id);
+  box.textContent = message || "";
+  box.hidden = !message;
+}
+
+async function api(path, options = {}) {
+  let resp;
+  try {
+    resp = await fetch(path, options);
+  } catch (err) {
+    if (err.name === "AbortError") throw err;
+    throw new Error("the kvcargo server is not reachable (is `kvcargo ui` still running?)");
+  }
+  let data = null;
+  try {
+    data = await resp.json();
+  } catch (_) {
+    data = null;
+  }
+  if (!resp.ok) {
+    const msg = data && data.error ? data.error : `HTTP ${resp.status}`;
+    const e = new Error(msg);
+    e.status = resp.status;
+    throw e;
+  }
+  return data;
+}
+
+function fillSelect(select, entries, { blank = null, value = null } = {}) {
+  select.replaceChildren();
+  if (blank !== null) select.append(el("option", { value: "", text: blank }));
+  for (const [key, label] of entries) select.append(el("option", { value: key, text: label }));
+  if (value !== null && value !== undefined) select.value = value;
+}
+
+const named = (table, skip = []) =>
+  Object.entries(table).filter(([k]) => !skip.includes(k)).map(([k, v]) => [k, `${v.name} (${k})`]);
+
+// ---------------------------------------------------------------------------------- calculator
+
+function calcParams() {
+  const p = new URLSearchParams();
+  p.set("model", $("#calc-model").value);
+  p.set("prompt", $("#calc-prompt").value);
+  p.set("link", $("#calc-link").value);
+  const codec = $("#calc-kv_compress").value;
+  if (codec) p.set("kv_compress", codec);
+  if (codec === "freq-keep-k") p.set("kv_keep", $("#calc-kv_keep").value);
+  if (codec && state.catalog.codecs[codec].kind === "ratio") p.set("kv_ratio", $("#calc-kv_ratio").value);
+  p.set("send", document.querySelector('input[name="send"]:checked').value);
+  p.set("device", $("#calc-device").value);
+  p.set("devices_per_instance", $("#calc-devices_per_instance").value);
+  return p;
+}
+
+async function updateCalculator() {
+  const seq = ++state.calcSeq;
+  if (state.calcAbort) state.calcAbort.abort();
+  const abort = new AbortController();
+  state.calcAbort = abort;
+  const codec = $("#calc-kv_compress").value;
+  $("#calc-kv_keep-field").hidden = codec !== "freq-keep-k";
+  $("#calc-kv_ratio-field").hidden = !codec || state.catalog.codecs[codec].kind !== "ratio";
+  const prompt = Number($("#calc-prompt").value);
+  $("#calc-prompt-out").textContent = Number.isFinite(prompt) && $("#calc-prompt").value !== ""
+    ? prompt.toLocaleString("en-US") : "?";
+  try {
+    const r = await api("/api/handoff?" + calcParams().toString(), { signal: abort.signal });
+    if (seq !== state.calcSeq) return;
+    showError("#calc-error", "");
+    $("#calc-panel").classList.remove("stale");
+    renderPanel(r);
+    drawTimeline(r);
+    state.lastCalc = r;
+  } catch (err) {
+    if (err.name === "AbortError" || seq !== state.calcSeq) return;
+    showError("#calc-error", err.message);
+    $("#calc-panel").classList.add("stale");
+  }
+}
+
+function renderPanel(r) {
+  $("#calc-title").textContent = r.panel.title;
+  const body = $("#calc-table tbody");
+  body.replaceChildren();
+  r.panel.rows.forEach(([label, value, note], i) => {
+    body.append(el("tr", { "data-row": String(i) },
+      el("th", { scope: "row", text: label }), el("td", { class: "value", text: value }),
+      el("td", { class: "note", text: note })));
+  });
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs = {}, text = null) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (text !== null) e.textContent = text;
+  return e;
+}
+
+function fmtMs(s) {
+  const ms = s * 1e3;
+  if (ms >= 100) return `${Math.round(ms).toLocaleString("en-US")} ms`;
+  if (ms >= 1) return `${ms.toPrecision(3)} ms`;
+  return `${(ms * 1e3).toPrecision(3)} µs`;
+}
+
+function niceStep(span, target) {
+  const raw = span / target;
+  const mag = 10 ** Math.floor(Math.log10(raw));
+  for (const m of [1, 2, 2.5, 5, 10]) if (m * mag >= raw) return m * mag;
+  return 10 * mag;
+}
+
+// The slices of a layer-wise send: layer l is final at l·Tp/L and its slice (T'x/L) leaves when
+// both it and the link are ready. The end of the last slice plus the latency is the exposed end.
+function layerSlices(tp, wire, layers) {
+  const out = [];
+  let end = 0;
+  for (let l = 1; l <= layers; l++) {
+    const start = Math.max((l * tp) / layers, end);
+    end = start + wire / layers;
+    const last = out[out.length - 1];
+    if (last && Math.abs(last[1] - start) <= 1e-12 * Math.max(1, end)) last[1] = end;
+    else out.push([start, end]);
+  }
+  return out;
+}
+
+function drawTimeline(r) {
+  const box = $("#calc-timeline");
+  box.replaceChildren();
+  const W = 800, left = 150, right = 20, top = 18, rowH = 34;
+  const tp = r.prefill_s, lat = r.latency_s, wire = r.transfer_s - r.latency_s;
+  const layerwise = r.send === "layerwise";
+  const landed = tp + r.exposed_s;
+  const span = Math.max(landed, tp) * 1.04;
+  const x = (t) => left + ((W - left - right) * t) / span;
+  const rows = [["prefill", 0], [layerwise ? `transfer, ${r.layers} slices` : "transfer (whole)", 1]];
+  for (const [label, i] of rows) {
+    box.append(svg("text", { x: 8, y: top + i * rowH + 20, class: "tl-label" }, label));
+  }
+  // prefill bar, with layer boundaries when streaming
+  box.append(svg("rect", { x: x(0), y: top + 6, width: Math.max(1, x(tp) - x(0)), height: 20, class: "tl-prefill" }));
+  if (layerwise && x(tp) - x(0) > 2 * r.layers) {
+    for (let l = 1; l < r.layers; l++) {
+      const xl = x((l * tp) / r.layers);
+      box.append(svg("line", { x1: xl, x2: xl, y1: top + 6, y2: top + 26, class: "tl-layer" }));
+    }
+  }
+  const y1 = top + rowH + 6;
+  const spans = layerwise ? layerSlices(tp, wire, r.layers) : [[tp, tp + wire]];
+  for (const [a, b] of spans) {
+    box.append(svg("rect", { x: x(a), y: y1, width: Math.max(1, x(b) - x(a)), height: 20, class: "tl-transfer" }));
+  }
+  const lastEnd = spans[spans.length - 1][1];
+  if (lat > 0) {
+    box.append(svg("rect", { x: x(lastEnd), y: y1, width: Math.max(1, x(lastEnd + lat) - x(lastEnd)), height: 20,
+      class: "tl-latency" }));
+  }
+  // the exposed part: after the prefill, until the cache has landed
+  const ye = top + 2 * rowH + 4;
+  box.append(svg("rect", { x: x(tp), y: top + 2, width: Math.max(2, x(landed) - x(tp)), height: 2 * rowH - 4,
+    class: "tl-exposed" }));
+  box.append(svg("line", { x1: x(tp), x2: x(tp), y1: top, y2: ye, class: "tl-mark" }));
+  box.append(svg("line", { x1: x(landed), x2: x(landed), y1: top, y2: ye, class: "tl-mark" }));
+  const exposedText = r.panel.rows.find((row) => row[0] === "Exposed after prefill")[1];
+  const lx = Math.min(x(tp) + 4, W - right - 190);
+  box.append(svg("text", { x: lx, y: ye + 14, class: "tl-exposed-label", id: "calc-exposed-label" },
+    `exposed after prefill: ${exposedText}`));
+  // time axis
+  const ya = top + 2 * rowH + 34;
+  box.append(svg("line", { x1: x(0), x2: x(span), y1: ya, y2: ya, class: "tl-axis" }));
+  const step = niceStep(span, 6);
+  for (let t = 0; t <= span + 1e-15; t += step) {
+    box.append(svg("line", { x1: x(t), x2: x(t), y1: ya, y2: ya + 5, class: "tl-axis" }));
+    box.append(svg("text", { x: x(t), y: ya + 18, class: "tl-tick" }, t === 0 ? "0" : fmtMs(t)));
+  }
+}
+
+function setPrompt(value, from) {
+  if (from !== "range") $("#calc-prompt-range").value = value;
+  if (from !== "number") $("#calc-prompt").value = value;
+  updateCalculator();
+}
+
+function setupCalculator(cat) {
+  const d = cat.defaults.handoff;
+  fillSelect($("#calc-model"), named(cat.models), { value: d.model });
+  fillSelect($("#calc-link"), named(cat.links), { value: d.link });
+  fillSelect($("#calc-kv_compress"), named(cat.codecs, ["none"]), { blank: "uncompressed", value: d.kv_compress || "" });
+  fillSelect($("#calc-device"), named(cat.devices), { value: d.device });
+  $("#calc-devices_per_instance").value = d.devices_per_instance;
+  $("#calc-prompt").max = cat.limits.max_prompt;
+  document.querySelector(`input[name="send"][value="${d.send}"]`).checked = true;
+  $("#calc-prompt-range").addEventListener("input", (e) => setPrompt(e.target.value, "range"));
+  $("#calc-prompt").addEventListener("input", (e) => setPrompt(e.target.value, "number"));
+  for (const id of ["#calc-model", "#calc-link", "#calc-kv_compress", "#calc-device"]) {
+    $(id).addEventListener("change", updateCalculator);
+  }
+  for (const id of ["#calc-kv_keep", "#calc-kv_ratio", "#calc-devices_per_instance"]) {
+    $(id).addEventListener("input", updateCalculator);
+  }
+  for (const r of document.querySelectorAll('input[name="send"]')) r.addEventListener("change", updateCalculator);
+  $("#calc-form").addEventListener("submit", (e) => e.preventDefault());
+  setPrompt(d.prompt, null);
+}
+
+// ----------------------------------------------------------------------------------- simulator
+
+// name, label, kind, group; kinds: int, float, select:<table> (catalog), choice:<a|b>
+const SIM_FIELDS = [
+  ["rate", "Rate (req/s)", "float", "Load"],
+  ["requests", "Requests", "int", "Load"],
+  ["prompt", "Mean prompt (tokens)", "float", "Load"],
+  ["output", "Mean output (tokens)", "float", "Load"],
+  ["seed", "Seed", "int", "Load"],
+  ["ttft_slo", "TTFT SLO (s)", "float", "Load"],
+  ["tpot_slo", "TPOT SLO (s)", "float", "Load"],
+  ["model", "Model", "select:models", "Pools"],
+  ["mode", "Mode", "choice:disagg|colocated", "Pools"],
+  ["prefill", "Prefill instances", "int", "Pools"],
+  ["decode", "Decode instances", "int", "Pools"],
+  ["device", "Device", "select:devices", "Pools"],
+  ["devices_per_instance", "Devices per instance", "int", "Pools"],
+  ["prefill_device", "Prefill device", "select:devices:same as device", "Pools"],
+  ["decode_device", "Decode device", "select:devices:same as device", "Pools"],
+  ["link", "Link", "select:links", "Hand-off"],
+  ["kv_compress", "Codec", "select:codecs:uncompressed", "Hand-off"],
+  ["kv_compress_at", "Codec placement", "choice:transit|endpoint", "Hand-off"],
+  ["kv_keep", "Kept fraction (freq-keep-k)", "float", "Hand-off"],
+  ["kv_ratio", "Wire ratio (ratio codec)", "float", "Hand-off"],
+  ["send", "Send", "choice:whole|layerwise", "Hand-off"],
+  ["topology", "Topology", "choice:shared|nic|nvlink-domain", "Hand-off"],
+  ["link_sharing", "Link sharing", "choice:fcfs|fair", "Hand-off"],
+  ["kv_reserve", "Decode KV reserved", "choice:at-decode|at-transfer", "Hand-off"],
+];
+
+function simDefault(name) {
+  const d = state.catalog.defaults;
+  if (name === "rate") return d.rate;
+  const v = d.simulate[name];
+  return v === null || v === undefined ? "" : v;
+}
+
+function setupSimulator(cat, presets) {
+  const box = $("#sim-fields");
+  const groups = {};
+  for (const [name, label, kind, group] of SIM_FIELDS) {
+    if (!groups[group]) {
+      groups[group] = el("fieldset", { class: "group" }, el("legend", { text: group }));
+      box.append(groups[group]);
+    }
+    let input;
+    if (kind.startsWith("select:")) {
+      const [, table, blank] = kind.split(":");
+      input = el("select", { id: `sim-${name}`, name });
+      fillSelect(input, named(cat[table], table === "codecs" ? ["none"] : []), { blank: blank ?? null });
+    } else if (kind.startsWith("choice:")) {
+      input = el("select", { id: `sim-${name}`, name });
+      fillSelect(input, kind.slice(7).split("|").map((c) => [c, c]));
+    } else {
+      input = el("input", { id: `sim-${name}`, name, type: "number", step: kind === "int" ? "1" : "any" });
+      if (name === "requests") input.max = cat.limits.max_requests;
+    }
+    input.dataset.kind = kind;
+    input.addEventListener("input", markCustom);
+    groups[group].append(el("label", {}, label + " ", input));
+  }
+  const byGroup = new Map();
+  for (const p of presets) {
+    if (!byGroup.has(p.group)) byGroup.set(p.group, el("optgroup", { label: p.group }));
+    byGroup.get(p.group).append(el("option", { value: p.key, text: p.title }));
+  }
+  for (const g of byGroup.values()) $("#sim-preset").append(g);
+  $("#sim-preset").addEventListener("change", (e) => applyPreset(e.target.value));
+  $("#sim-defaults").addEventListener("click", () => { $("#sim-preset").value = ""; applyPreset(""); });
+  $("#sim-form").addEventListener("submit", (e) => { e.preventDefault(); runSimulation(); });
+  resetSimFields();
+}
+
+function resetSimFields() {
+  for (const [name] of SIM_FIELDS) $(`#sim-${name}`).value = simDefault(name);
+}
+
+function markCustom() {
+  if ($("#sim-preset").value) {
+    $("#sim-preset").value = "";
+    $("#sim-preset-note").textContent = "Custom configuration.";
+  }
+}
+
+function applyPreset(key) {
+  resetSimFields();
+  const p = state.presets.find((x) => x.key === key);
+  if (!p) {
+    $("#sim-preset-note").textContent = "The chapter's base scenario (the CLI defaults); edit anything.";
+    return;
+  }
+  for (const [name, value] of Object.entries(p.params)) $(`#sim-${name}`).value = value;
+  $("#sim-preset-note").textContent = p.note;
+}
+
+// The body: every field that differs from the CLI default (an empty field is the default).
+function simBody() {
+  const body = {};
+  for (const [name, , kind] of SIM_FIELDS) {
+    const input = $(`#sim-${name}`);
+    if (input.validity && input.validity.badInput) throw new Error(`invalid ${name}: not a number`);
+    const raw = input.value;
+    if (raw === "") continue;
+    const value = kind === "int" || kind === "float" ? Number(raw) : raw;
+    if (value === simDefault(name)) continue;
+    body[name] = value;
+  }
+  return body;
+}
+
+function cliCommand(body) {
+  const args = Object.entries(body).map(([k, v]) => `--${k.replaceAll("_", "-")} ${v}`);
+  return ["kvcargo simulate", ...args].join(" ");
+}
+
+async function runSimulation() {
+  let body;
+  try {
+    body = simBody();
+  } catch (err) {
+    showError("#sim-error", err.message);
+    return;
+  }
+  const preset = state.presets.find((x) => x.key === $("#sim-preset").value) || null;
+  const button = $("#sim-run");
+  button.disabled = true;
+  $("#sim-status").textContent = "running…";
+  showError("#sim-error", "");
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), (state.catalog.limits.timeout_s + 60) * 1000);
+  try {
+    const r = await api("/api/simulate", {
+      method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body), signal: abort.signal,
+    });
+    renderResults(r, body, preset);
+    $("#sim-status").textContent = `done in ${r.wall_s.toFixed(2)} s`;
+  } catch (err) {
+    showError("#sim-error", err.name === "AbortError" ? "no answer from the server" : err.message);
+    $("#sim-status").textContent = "";
+    $("#sim-results").classList.add("stale");
+  } finally {
+    clearTimeout(timer);
+    button.disabled = false;
+  }
+}
+
+function renderResults(r, body, preset) {
+  $("#sim-results").hidden = false;
+  $("#sim-results").classList.remove("stale");
+  $("#sim-command").textContent = cliCommand(body);
+  const chapter = {};
+  if (preset) for (const c of preset.chapter) chapter[c.key] = c.unit === "%" ? `${c.text}%` : `${c.text} ${c.unit}`;
+  const tbody = $("#sim-table tbody");
+  tbody.replaceChildren();
+  for (const row of r.table) {
+    tbody.append(el("tr", { "data-key": row.key },
+      el("th", { scope: "row", text: row.label }), el("td", { class: "value", text: row.text }),
+      el("td", { class: "chapter", text: chapter[row.key] || "" })));
+  }
+  plotResults(r);
+}
+
+function plotResults(r) {
+  if (!window.Plotly) {
+    showError("#sim-error", "plots unavailable: plotly is not installed (pip install 'kvcargo[ui]')");
+    return;
+  }
+  const cdf = r.plots.cdf;
+  const y = cdf.percentiles.map((p) => p / 100);
+  const traces = [["ttft", "TTFT"], ["tpot", "TPOT"], ["handoff", "hand-off"]]
+    .filter(([k]) => cdf[k].length)
+    .map(([k, name]) => ({ x: cdf[k].map((s) => s * 1e3), y, name, mode: "lines", type: "scatter" }));
+  const config = { displaylogo: false, responsive: true };
+  const base = { margin: { l: 60, r: 60, t: 40, b: 50 }, legend: { orientation: "h", y: -0.25 } };
+  Plotly.react("plot-cdf", traces, {
+    ...base, title: { text: "Latency CDF" },
+    xaxis: { title: { text: "latency (ms)" }, type: "log" }, yaxis: { title: { text: "fraction of requests" }, range: [0, 1] },
+  }, config);
+  const link = r.plots.link;
+  Plotly.react("plot-link", [
+    { x: link.t, y: link.busy.map((b) => 100 * b), name: "link busy (%)", type: "scatter", mode: "lines",
+      line: { shape: "hv" } },
+    { x: link.t, y: link.queue, name: "waiting for the link", type: "scatter", mode: "lines", yaxis: "y2",
+      line: { shape: "hv" } },
+  ], {
+    ...base, title: { text: `KV link over time (${link.channels} channel${link.channels > 1 ? "s" : ""})` },
+    xaxis: { title: { text: "time (s)" } },
+    yaxis: { title: { text: "busy (%)" }, range: [0, 105] },
+    yaxis2: { title: { text: "queue (hand-offs)" }, overlaying: "y", side: "right", rangemode: "tozero" },
+  }, config);
+}
+
+// ---------------------------------------------------------------------------------------- start
+
+async function main() {
+  try {
+    const [cat, presets] = await Promise.all([api("/api/catalog"), api("/api/presets")]);
+    state.catalog = cat;
+    state.presets = presets;
+    setupCalculator(cat);
+    setupSimulator(cat, presets);
+    document.body.dataset.ready = "1";
+  } catch (err) {
+    showError("#load-error", `cannot load the page's data: ${err.message}`);
+  }
+}
+
+main();

@@ -1,0 +1,173 @@
+"""Simulations off the server process, with a wall-clock limit that really stops them.
+
+A :class:`SimPool` owns ``workers`` threads; each drives its own worker process (spawned, so it
+is safe next to the server's threads) over a pipe, one run at a time. A run that passes
+``timeout_s`` is stopped by killing its process (the next run on that thread starts a fresh
+one); runs beyond ``workers`` wait in a queue of at most ``queue`` and are refused when it is
+full. The server's event loop only awaits futures, so the calculator never waits for a
+simulation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from kvcargo.errors import KvcargoError
+
+START_TIMEOUT_S = 300.0
+"""How long a new worker may take to start (the first start may compile the engine: ~15 s)."""
+
+
+class SimulationTimeout(RuntimeError):
+    """The run passed the server's wall-clock limit and was stopped."""
+
+
+class SimulatorBusy(RuntimeError):
+    """Every worker is busy and the queue is full."""
+
+
+class WorkerFailed(RuntimeError):
+    """A worker died or failed with something other than bad input."""
+
+
+def _serve(conn: Connection) -> None:
+    """A worker process: warm the engine up, then run jobs until the pipe closes."""
+    from kvcargo.web.service import run_simulation
+
+    run_simulation({"requests": 2})  # load (or compile) the engine before the first timed run
+    conn.send(("ready", None))
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if job is None:
+            return
+        try:
+            conn.send(("ok", run_simulation(**job)))
+        except KvcargoError as exc:
+            conn.send(("invalid", str(exc)))
+        except Exception as exc:  # reported to the client as a 500, the worker lives on
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+@dataclass(eq=False)
+class _Worker:
+    process: Any
+    conn: Connection
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5)
+        self.conn.close()
+
+
+class SimPool:
+    """Worker processes behind an async ``run(job)``; see the module docstring."""
+
+    def __init__(self, workers: int = 2, timeout_s: float = 30.0, queue: int = 8) -> None:
+        if workers < 1:
+            raise ValueError("workers must be at least 1")
+        self.workers, self.timeout_s, self.queue = workers, timeout_s, queue
+        self._ctx = mp.get_context("spawn")
+        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="kvcargo-sim")
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._live: set[_Worker] = set()
+        self._pending = 0
+        self._closed = False
+
+    # --------------------------------------------------------------- on the pool's threads
+
+    def _worker(self) -> _Worker:
+        w: _Worker | None = getattr(self._local, "worker", None)
+        if w is not None and w.process.is_alive():
+            return w
+        if w is not None:
+            self._forget(w)
+        parent, child = self._ctx.Pipe()
+        process = self._ctx.Process(target=_serve, args=(child,), daemon=True, name="kvcargo-sim-worker")
+        process.start()
+        child.close()
+        w = _Worker(process, parent)
+        with self._lock:
+            self._live.add(w)
+        if not parent.poll(START_TIMEOUT_S):
+            self._forget(w)
+            raise WorkerFailed("the simulation worker did not start in time")
+        try:
+            parent.recv()
+        except EOFError:
+            self._forget(w)
+            raise WorkerFailed("the simulation worker failed to start") from None
+        self._local.worker = w
+        return w
+
+    def _forget(self, w: _Worker) -> None:
+        w.stop()
+        with self._lock:
+            self._live.discard(w)
+        if getattr(self._local, "worker", None) is w:
+            self._local.worker = None
+
+    def _call(self, job: dict[str, Any] | None) -> Any:
+        w = self._worker()
+        if job is None:  # warm-up only
+            return None
+        t0 = time.perf_counter()
+        w.conn.send(job)
+        if not w.conn.poll(self.timeout_s):
+            self._forget(w)
+            raise SimulationTimeout(f"the run took longer than {self.timeout_s:g} s and was stopped "
+                                    "(kvcargo ui --timeout); try fewer requests")
+        try:
+            status, value = w.conn.recv()
+        except EOFError:
+            self._forget(w)
+            raise WorkerFailed(f"the simulation worker died after {time.perf_counter() - t0:.1f} s "
+                               "(out of memory?)") from None
+        if status == "invalid":
+            raise KvcargoError(value)
+        if status == "error":
+            raise WorkerFailed(value)
+        return value
+
+    # --------------------------------------------------------------------- on the event loop
+
+    async def run(self, job: dict[str, Any]) -> Any:
+        """Run ``job`` (keyword arguments of :func:`kvcargo.web.service.run_simulation`)."""
+        with self._lock:
+            if self._closed:
+                raise SimulatorBusy("the server is shutting down")
+            if self._pending >= self.workers + self.queue:
+                raise SimulatorBusy(f"the simulator is busy ({self._pending} runs in progress or waiting); "
+                                    "try again shortly")
+            self._pending += 1
+        try:
+            return await asyncio.wrap_future(self._executor.submit(self._call, job))
+        finally:
+            with self._lock:
+                self._pending -= 1
+
+    def warm(self) -> None:
+        """Start every worker in the background (returns at once)."""
+        for _ in range(self.workers):
+            self._executor.submit(self._call, None)
+
+    def close(self) -> None:
+        """Stop every worker; runs in progress fail."""
+        with self._lock:
+            self._closed = True
+            live = list(self._live)
+            self._live.clear()
+        for w in live:
+            w.stop()
+        self._executor.shutdown(wait=False, cancel_futures=True)
