@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from kvcargo._jit import kernel
 from kvcargo.engine.decode import decode_step_begin, decode_step_end, join_batch
-from kvcargo.engine.events import finish_request
+from kvcargo.engine.events import charge_step, finish_request
 from kvcargo.engine.kernels import prefill_work, roofline
 from kvcargo.engine.state import (
     BUSY,
@@ -35,12 +35,6 @@ from kvcargo.engine.state import (
     PROMPT,
     QNEXT,
     QUAD,
-    S_BUSY,
-    S_BYTES,
-    S_EC,
-    S_EM,
-    S_FLOPS,
-    S_STEPS,
 )
 
 
@@ -80,12 +74,7 @@ def colocated_begin(st, pr, c):
     st.p[c, P_BATCH_N] = n
     flops, nbytes = prefill_work(pr.mi, pr.mf, tokens, quad, n)
     dt, e_c, e_m = roofline(pr.hf[0], flops, nbytes)
-    st.stats[c, S_BUSY] += dt
-    st.stats[c, S_FLOPS] += flops
-    st.stats[c, S_BYTES] += nbytes
-    st.stats[c, S_EC] += e_c
-    st.stats[c, S_EM] += e_m
-    st.stats[c, S_STEPS] += 1
+    charge_step(st, c, dt, flops, nbytes, e_c, e_m)
     st.d[c, D_STATE] = BUSY
     st.d[c, D_IS_PREFILL] = 1
     return now + dt

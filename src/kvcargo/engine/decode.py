@@ -11,7 +11,7 @@ step costs O(1) plus O(log n) per finishing request — never a loop over the ba
 from __future__ import annotations
 
 from kvcargo._jit import kernel
-from kvcargo.engine.events import finish_request, log_step, schedule
+from kvcargo.engine.events import charge_step, fifo_push, finish_request, log_step, schedule
 from kvcargo.engine.finheap import heap_pop, heap_push
 from kvcargo.engine.kernels import decode_work, elementwise_pass, roofline
 from kvcargo.engine.state import (
@@ -41,15 +41,9 @@ from kvcargo.engine.state import (
     P_RESERVE,
     PROMPT,
     QNEXT,
-    S_BUSY,
-    S_BYTES,
-    S_EC,
-    S_EM,
-    S_FLOPS,
     S_PEND_BYTES,
     S_PEND_OPS,
     S_STEP_START,
-    S_STEPS,
     WAKING,
 )
 
@@ -57,12 +51,7 @@ from kvcargo.engine.state import (
 @kernel
 def decode_submit(st, d, r):
     """Queue a request at instance ``d``, waking it if it sleeps."""
-    st.r[r, QNEXT] = -1
-    if st.d[d, D_TAIL] < 0:
-        st.d[d, D_HEAD] = r
-    else:
-        st.r[st.d[d, D_TAIL], QNEXT] = r
-    st.d[d, D_TAIL] = r
+    fifo_push(st, st.d, d, D_HEAD, D_TAIL, r)
     st.d[d, D_QUEUED] += 1
     st.r[r, DECODE_INST] = d
     if st.d[d, D_STATE] == IDLE:
@@ -122,12 +111,7 @@ def decode_step_begin(st, pr, d):
         nbytes += st.stats[row, S_PEND_BYTES]
         st.stats[row, S_PEND_OPS] = 0.0
         st.stats[row, S_PEND_BYTES] = 0.0
-    st.stats[row, S_BUSY] += dt
-    st.stats[row, S_FLOPS] += flops
-    st.stats[row, S_BYTES] += nbytes
-    st.stats[row, S_EC] += e_c
-    st.stats[row, S_EM] += e_m
-    st.stats[row, S_STEPS] += 1
+    charge_step(st, row, dt, flops, nbytes, e_c, e_m)
     st.stats[row, S_STEP_START] = now
     st.d[d, D_STATE] = BUSY
     return now + dt

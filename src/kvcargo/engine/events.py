@@ -24,7 +24,14 @@ from kvcargo.engine.state import (
     I_REJ,
     I_SEQ,
     I_STOP,
+    QNEXT,
     REJECTED,
+    S_BUSY,
+    S_BYTES,
+    S_EC,
+    S_EM,
+    S_FLOPS,
+    S_STEPS,
     STATUS,
 )
 
@@ -123,3 +130,27 @@ def log_step(st, inst, start, end, batch):
     st.logi[k, 0] = inst
     st.logi[k, 1] = batch
     st.i[I_NSTEPS] = k + 1
+
+
+@kernel(inline=True)
+def charge_step(st, row, dt, flops, nbytes, e_c, e_m):
+    """Add one step to instance ``row``'s totals (in step order: the sums are the reference's)."""
+    st.stats[row, S_BUSY] += dt
+    st.stats[row, S_FLOPS] += flops
+    st.stats[row, S_BYTES] += nbytes
+    st.stats[row, S_EC] += e_c
+    st.stats[row, S_EM] += e_m
+    st.stats[row, S_STEPS] += 1
+
+
+@kernel(inline=True)
+def fifo_push(st, table, row, head, tail, r):
+    """Append request ``r`` to the FIFO whose ends are ``table[row, head]``, ``table[row, tail]``
+    (queues thread through the requests' QNEXT column)."""
+    st.r[r, QNEXT] = -1
+    last = table[row, tail]
+    if last < 0:
+        table[row, head] = r
+    else:
+        st.r[last, QNEXT] = r
+    table[row, tail] = r

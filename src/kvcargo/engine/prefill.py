@@ -11,7 +11,7 @@ taking prompts when that buffer is full.
 from __future__ import annotations
 
 from kvcargo._jit import kernel
-from kvcargo.engine.events import finish_request, schedule
+from kvcargo.engine.events import charge_step, fifo_push, finish_request, schedule
 from kvcargo.engine.kernels import elementwise_pass, prefill_work, roofline
 from kvcargo.engine.reserve import handoff_ready
 from kvcargo.engine.routing import prefill_kv_change
@@ -44,14 +44,8 @@ from kvcargo.engine.state import (
     PROMPT,
     QNEXT,
     QUAD,
-    S_BUSY,
-    S_BYTES,
-    S_EC,
-    S_EM,
-    S_FLOPS,
     S_STEP_END,
     S_STEP_START,
-    S_STEPS,
     SLICE_READY,
     WAKING,
 )
@@ -70,12 +64,7 @@ def route_prefill(st):
 @kernel
 def prefill_submit(st, pr, p, r):
     """Queue a prompt at instance ``p``, waking it if it sleeps."""
-    st.r[r, QNEXT] = -1
-    if st.p[p, P_TAIL] < 0:
-        st.p[p, P_HEAD] = r
-    else:
-        st.r[st.p[p, P_TAIL], QNEXT] = r
-    st.p[p, P_TAIL] = r
+    fifo_push(st, st.p, p, P_HEAD, P_TAIL, r)
     st.p[p, P_TOKENS] += pr.ri[r, PROMPT]
     st.r[r, PREFILL_INST] = p
     if st.p[p, P_STATE] == IDLE:
@@ -129,12 +118,7 @@ def prefill_begin(st, pr, p):
         e_m = e_m + x_m
         flops = flops + ops
         by = by + nbytes
-    st.stats[p, S_BUSY] += dt
-    st.stats[p, S_FLOPS] += flops
-    st.stats[p, S_BYTES] += by
-    st.stats[p, S_EC] += e_c
-    st.stats[p, S_EM] += e_m
-    st.stats[p, S_STEPS] += 1
+    charge_step(st, p, dt, flops, by, e_c, e_m)
     st.stats[p, S_STEP_START] = now
     st.stats[p, S_STEP_END] = now + dt
     st.p[p, P_STATE] = BUSY

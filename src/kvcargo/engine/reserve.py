@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from kvcargo._jit import kernel
+from kvcargo.engine.events import fifo_push
 from kvcargo.engine.link import release_units
 from kvcargo.engine.routing import choose_decode, set_ports
 from kvcargo.engine.state import (
@@ -44,12 +45,7 @@ def handoff_ready(st, pr, r, k):
         if math.isnan(st.t[r, WANT_MEMORY]):
             st.t[r, WANT_MEMORY] = st.f[F_NOW]
             d = st.r[r, DEST]
-            st.r[r, QNEXT] = -1
-            if st.d[d, D_RQ_TAIL] < 0:
-                st.d[d, D_RQ_HEAD] = r
-            else:
-                st.r[st.d[d, D_RQ_TAIL], QNEXT] = r
-            st.d[d, D_RQ_TAIL] = r
+            fifo_push(st, st.d, d, D_RQ_HEAD, D_RQ_TAIL, r)
             try_reserve(st, pr, d)
         return
     release_units(st, pr, r, k)
