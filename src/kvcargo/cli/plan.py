@@ -121,11 +121,11 @@ def render(r, space, show_all: bool = False) -> str:
         rows.append([("* " if x is r.best else "  ") + x.label, x.gpus, f"{x.usd:,.0f}" if x.usd else "—",
                      f"{x.power_w:,.0f}", f"{x.capacity:.2f}", f"{per_gpu:.2f}",
                      f"{x.capacity / x.usd * 1e3:.3f}" if x.usd else "—",
-                     f"{x.bound:.2f} {x.bound_by}", "front" if x.front else ""])
+                     f"{x.bound:.2f} {x.bound_by}"] + (["front" if x.front else ""] if show_all else []))
     title = "Simulated candidates" if show_all else f"Pareto front: capacity vs {cost_head}"
     lines.append(f"{title} (capacity = req/s inside the SLOs)")
-    lines.append(table(["configuration", "GPUs", "$", "W", "req/s", "per GPU", "per $1k", "analytic bound", ""],
-                       rows, "lrrrrrrll"))
+    lines.append(table(["configuration", "GPUs", "$", "W", "req/s", "per GPU", "per $1k", "analytic bound"]
+                       + ([""] if show_all else []), rows, "lrrrrrrll"))
     lines.append("")
     if r.best is not None:
         b = r.best

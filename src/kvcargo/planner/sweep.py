@@ -95,6 +95,22 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
+def _parse_cell(column: str, text: str) -> Any:
+    """A CSV cell typed back: the head as text, config fields by their type, the rest by shape."""
+    if column in HEAD or column == "catalog":
+        return text
+    if text == "":
+        return None
+    if column in FIELDS and column != "catalog":
+        from kvcargo.planner.grid import coerce
+
+        try:
+            return coerce(column, text)
+        except KvcargoError:
+            return _parse(text)
+    return _parse(text)
+
+
 def _parse(text: str) -> Any:
     if text == "":
         return None
@@ -141,7 +157,7 @@ def read_csv(path: str | Path) -> list[dict[str, Any]]:
             if reader.fieldnames is None or "key" not in reader.fieldnames:
                 raise KvcargoError(f"{path} is not a kvcargo sweep file (no 'key' column); "
                                    "use another --out or delete it")
-            return [{k: _parse(v) for k, v in r.items()} for r in reader]
+            return [{k: _parse_cell(k, v) for k, v in r.items()} for r in reader]
     except (UnicodeDecodeError, csv.Error) as exc:
         raise KvcargoError(f"cannot read {path}: {exc}") from None
 
@@ -212,7 +228,7 @@ def run_sweep(grid: Grid, backend: Backend | None = None, out: str | Path | None
     previous: dict[str, dict[str, Any]] = {}
     if csv_path is not None and csv_path.exists():
         if resume:
-            previous = {str(r["key"]): r for r in read_csv(csv_path)}
+            previous = {r["key"]: r for r in read_csv(csv_path)}
         else:
             csv_path.unlink()
     done: dict[str, dict[str, Any]] = {}
