@@ -30,6 +30,8 @@ from kvcargo.cli.sweep import backend_options, describe_backend, open_backend, s
 @click.option("--target", type=float, default=0.9, show_default=True,
               help="share of requests that must meet both SLOs")
 @click.option("--rtol", type=float, default=0.02, show_default=True, help="relative tolerance of each search")
+@click.option("--steady/--no-steady", default=True, show_default=True,
+              help="search again with more requests where a run was shorter than 3 request lifetimes")
 @backend_options
 @click.option("--plot", type=click.Path(dir_okay=False), metavar="FILE",
               help="the Pareto front: .png (matplotlib) or .html (plotly)")
@@ -37,7 +39,7 @@ from kvcargo.cli.sweep import backend_options, describe_backend, open_backend, s
 @click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
 def command(gpus: int | None, usd: float | None, power_w: float | None, cost: str | None, devices: str | None,
             tp: str | None, links: str | None, max_instances: int, with_colocated: bool, target: float, rtol: float,
-            backend: str, workers: int | None, address: str | None, progress: bool | None, plot: str | None,
+            steady: bool, backend: str, workers: int | None, address: str | None, progress: bool | None, plot: str | None,
             show_all: bool, as_json: bool, **params: Any) -> None:
     """Search prefill:decode splits, devices per instance, devices and links within a budget;
     print the Pareto front of capacity (req/s inside the SLOs) vs cost and the best configuration.
@@ -76,7 +78,7 @@ def command(gpus: int | None, usd: float | None, power_w: float | None, cost: st
 
         try:
             result = plan_mod.plan(base, budget, space, target_rate=target_rate, target=target, rtol=rtol,
-                                   cost=cost, backend=be, progress=tick)
+                                   cost=cost, backend=be, progress=tick, steady=steady)
         finally:
             if bar is not None:
                 bar.close()
