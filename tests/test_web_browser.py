@@ -100,8 +100,16 @@ def page_panel(pg) -> tuple[str, list[list[str]]]:
     return pg.text_content("#calc-title"), rows
 
 
-def wait_panel(pg, title: str) -> None:
-    pg.wait_for_function("t => document.querySelector('#calc-title').textContent === t", arg=title)
+def expect_panel(pg, expected: tuple[str, list[list[str]]]) -> None:
+    """Wait (up to 15 s) until the page shows ``expected``; then compare, for a readable failure."""
+    shown = ("exp => JSON.stringify([document.querySelector('#calc-title').textContent, "
+             "[...document.querySelectorAll('#calc-table tr')].map(r => [...r.children].map(c => c.textContent))])"
+             " === JSON.stringify(exp)")
+    try:
+        pg.wait_for_function(shown, arg=[expected[0], expected[1]], timeout=15_000)
+    except sync_api.TimeoutError:
+        pass
+    assert page_panel(pg) == expected
 
 
 def test_prompt_slider_updates_the_panel_to_the_cli_numbers(page) -> None:
@@ -110,12 +118,10 @@ def test_prompt_slider_updates_the_panel_to_the_cli_numbers(page) -> None:
     slider = page.locator("#calc-prompt-range")
     slider.focus()
     page.keyboard.press("ArrowRight")  # one step of 16 tokens
-    wait_panel(page, "Llama-3-8B, 2,064-token prompt over 25 GbE")
+    expect_panel(page, cli_panel("--prompt", "2064"))
     assert page.input_value("#calc-prompt") == "2064"
-    assert page_panel(page) == cli_panel("--prompt", "2064")
     page.keyboard.press("End")
-    wait_panel(page, "Llama-3-8B, 32,768-token prompt over 25 GbE")
-    assert page_panel(page) == cli_panel("--prompt", "32768")
+    expect_panel(page, cli_panel("--prompt", "32768"))
     assert page.text_content("#calc-prompt-out") == "32,768"
 
     page.fill("#calc-prompt", "2048")
@@ -123,18 +129,23 @@ def test_prompt_slider_updates_the_panel_to_the_cli_numbers(page) -> None:
     page.wait_for_function("() => document.querySelector('#calc-exposed-label').textContent.endsWith('28.7 ms')")
     page.select_option("#calc-kv_compress", "fp8")
     page.wait_for_function("() => document.querySelector('#calc-exposed-label').textContent.endsWith('1.36 ms')")
-    assert page_panel(page) == cli_panel("--send", "layerwise", "--kv-compress", "fp8")
+    expect_panel(page, cli_panel("--send", "layerwise", "--kv-compress", "fp8"))
     # layer-wise: the transfer is drawn as slices that start during the prefill
     first = page.eval_on_selector(".tl-transfer", "r => Number(r.getAttribute('x'))")
     prefill_end = page.eval_on_selector(".tl-prefill", "r => Number(r.getAttribute('x')) + Number(r.getAttribute('width'))")
     assert first < prefill_end
 
+    assert page.is_hidden("#calc-kv_ratio-field")
+    page.select_option("#calc-kv_compress", "ratio")  # the measured-ratio codec: its field appears
+    page.fill("#calc-kv_ratio", "8")
+    expect_panel(page, cli_panel("--send", "layerwise", "--kv-compress", "ratio", "--kv-ratio", "8"))
+    page.select_option("#calc-kv_compress", "fp8")
+
     page.select_option("#calc-model", "mistral-7b")
     page.select_option("#calc-link", "nvlink4")
     page.select_option("#calc-device", "a100")
-    wait_panel(page, "Mistral-7B, 2,048-token prompt over NVLink 4")
-    assert page_panel(page) == cli_panel("--model", "mistral-7b", "--link", "nvlink4", "--device", "a100",
-                                         "--send", "layerwise", "--kv-compress", "fp8")
+    expect_panel(page, cli_panel("--model", "mistral-7b", "--link", "nvlink4", "--device", "a100",
+                                 "--send", "layerwise", "--kv-compress", "fp8"))
 
 
 def test_invalid_calculator_input_shows_the_error_then_recovers(page) -> None:
@@ -146,10 +157,9 @@ def test_invalid_calculator_input_shows_the_error_then_recovers(page) -> None:
     page.fill("#calc-prompt", "1024")
     page.wait_for_function("() => document.querySelector('#calc-error').textContent.startsWith('Llama-3-70B does not')")
     page.fill("#calc-devices_per_instance", "2")
-    wait_panel(page, "Llama-3-70B, 1,024-token prompt over 25 GbE")
+    expect_panel(page, cli_panel("--model", "llama3-70b", "--prompt", "1024", "--devices-per-instance", "2"))
     assert page.is_hidden("#calc-error")
     assert "stale" not in page.get_attribute("#calc-panel", "class")
-    assert page_panel(page) == cli_panel("--model", "llama3-70b", "--prompt", "1024", "--devices-per-instance", "2")
 
 
 def test_preset_run_shows_the_table_and_both_plots(page) -> None:

@@ -295,7 +295,7 @@ function setupSimulator(cat, presets) {
   $("#sim-preset").addEventListener("change", (e) => applyPreset(e.target.value));
   $("#sim-defaults").addEventListener("click", () => { $("#sim-preset").value = ""; applyPreset(""); });
   $("#sim-form").addEventListener("submit", (e) => { e.preventDefault(); runSimulation(); });
-  resetSimFields();
+  applyPreset("");
 }
 
 function resetSimFields() {
