@@ -88,15 +88,14 @@ def main() -> None:
     env = {**os.environ, "KVCARGO_JIT": "0"}
     wall, peak = timed_child(exe + ["--requests", str(args.requests), "--json"], env)
     print(f"{args.requests:,} requests, plain Python (KVCARGO_JIT=0), whole process: {wall:.1f} s, {peak:,.0f} MB")
-    try:
-        from kvcargo.config import SimConfig
-        from kvcargo.planner.capacity import find_capacity  # type: ignore[attr-defined]
-    except ImportError:
-        return
-    find_capacity(SimConfig.build())
+    from kvcargo.config import SimConfig
+    from kvcargo.planner.capacity import search
+
+    search(SimConfig.build())  # the compiled engine is loaded
     t = time.perf_counter()
-    result = find_capacity(SimConfig.build())
-    print(f"capacity bisection (spec §8.1 configuration): {time.perf_counter() - t:.2f} s → {result}")
+    result = search(SimConfig.build())
+    print(f"capacity bisection (spec §8.1 configuration): {time.perf_counter() - t:.3f} s, "
+          f"{result.simulations} simulations → {result.rate:.2f} req/s")
 
 
 if __name__ == "__main__":

@@ -211,7 +211,7 @@ def resolve(config: SimConfig, workload: Workload | None = None) -> Resolved:
     cat.device(config.device)
     c = config
     if c.mode == "colocated":
-        pool = Pool(cat.device(c.device), c.devices_per_instance, _cap(c.power_cap, None), c.dvfs)
+        pool = colocated_pool(c, cat)
         prefill_pool = decode_pool = pool
         kvcap = require_fit(model, pool, "colocated")
     else:
@@ -256,6 +256,11 @@ def load_workload(config: SimConfig) -> Workload:
         LengthDist(config.prompt, config.prompt_cv), LengthDist(config.output, config.output_cv),
         config.seed,
     )
+
+
+def colocated_pool(config: SimConfig, cat: Catalog) -> Pool:
+    """The hardware of one colocated instance (``--device``, the global power cap)."""
+    return Pool(cat.device(config.device), config.devices_per_instance, config.power_cap, config.dvfs)
 
 
 def _cap(global_cap: float | None, pool_cap: float | None) -> float | None:

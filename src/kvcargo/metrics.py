@@ -18,7 +18,7 @@ import numpy as np
 from kvcargo.cost import silicon_cost_usd
 from kvcargo.engine.cluster import EngineOutput
 from kvcargo.engine.state import DONE, REJECTED, S_BUSY, S_BYTES, S_EC, S_EM, S_FLOPS, S_STEPS
-from kvcargo.stats import exact_mean, percentiles, weighted_percentiles
+from kvcargo.stats import exact_mean, exact_sum, percentiles, weighted_percentiles
 
 WARMUP_FRACTION = 0.1
 PERCENTILES = (50, 90, 99)
@@ -41,10 +41,11 @@ def describe(values: np.ndarray, prefix: str) -> dict[str, float]:
 
 
 def describe_weighted(values: np.ndarray, weights: np.ndarray, prefix: str) -> dict[str, float]:
-    """As :func:`describe` for a sample where ``values[i]`` occurs ``weights[i]`` times (the
-    mean is a weighted dot product, accurate to rounding rather than exact)."""
+    """As :func:`describe` for a sample where ``values[i]`` occurs ``weights[i]`` times (the mean
+    is the exact sum of the rounded products ``value·weight``: deterministic, within an ulp or two
+    of the mean of the expanded sample)."""
     n = int(weights.sum())
-    out = {f"{prefix}_mean": float(np.dot(values, weights)) / n if n else math.nan}
+    out = {f"{prefix}_mean": exact_sum(values * weights) / n if n else math.nan}
     for p, v in zip(PERCENTILES, weighted_percentiles(values, weights, PERCENTILES)):
         out[f"{prefix}_p{p}"] = v
     out[f"{prefix}_max"] = float(values[weights > 0].max()) if n else math.nan

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from kvcargo.config import SimConfig, resolve
+from kvcargo.config import SimConfig, colocated_pool, resolve
 from kvcargo.cost import Pool, decode_step, elementwise_pass, kv_capacity, prefill_step, shape
 from kvcargo.errors import KvcargoError
 from kvcargo.handoff import endpoint_work, transfers
@@ -106,13 +106,12 @@ def ceilings(config: SimConfig) -> Ceilings:
     res = resolve(config)
     model = res.model
     p, o = mean_lengths(config)
-    colocated_pool = Pool(res.catalog.device(config.device), config.devices_per_instance,
-                          _cap(config.power_cap, None), config.dvfs)
+    col_pool = colocated_pool(config, res.catalog)
     n_col = config.colocated_instances
-    col_kv = kv_capacity(model, colocated_pool)
+    col_kv = kv_capacity(model, col_pool)
     if res.colocated:
-        pf, n_pf, t_pf = _prefill_ceiling(config, model, colocated_pool, p, None)
-        dc, b, ctx, t_dc = _decode_ceiling(config, model, colocated_pool, res.kv_capacity, p, o)
+        pf, n_pf, t_pf = _prefill_ceiling(config, model, col_pool, p, None)
+        dc, b, ctx, t_dc = _decode_ceiling(config, model, col_pool, res.kv_capacity, p, o)
         col = n_col / (1 / pf + 1 / dc)
         return Ceilings("colocated", p, o, pf * n_col, dc * n_col, math.inf, col, col, "colocated",
                         pf, dc, n_col, n_col, n_pf, t_pf, b, ctx, t_dc, res.kv_capacity, 0.0, 0,
@@ -129,8 +128,8 @@ def ceilings(config: SimConfig) -> Ceilings:
     elif topology != "shared":  # NVLink domains: no single link to fill
         link = math.inf
     if col_kv > 0:
-        cpf = _prefill_ceiling(config, model, colocated_pool, p, None)[0]
-        cdc = _decode_ceiling(config, model, colocated_pool, col_kv, p, o)[0]
+        cpf = _prefill_ceiling(config, model, col_pool, p, None)[0]
+        cdc = _decode_ceiling(config, model, col_pool, col_kv, p, o)[0]
         col = n_col / (1 / cpf + 1 / cdc)
     else:  # the model does not fit one colocated instance of --device
         cpf = cdc = col = 0.0
@@ -139,11 +138,6 @@ def ceilings(config: SimConfig) -> Ceilings:
     return Ceilings("disagg", p, o, totals["prefill"], totals["decode"], link, col, totals[bound_by], bound_by,
                     pf, dc, res.n_prefill, res.n_decode, n_pf, t_pf, b, ctx, t_dc, res.kv_capacity, t_x,
                     res.channels, n_col, cpf, cdc)
-
-
-def _cap(global_cap: float | None, pool_cap: float | None) -> float | None:
-    caps = [c for c in (global_cap, pool_cap) if c is not None]
-    return min(caps) if caps else None
 
 
 # ------------------------------------------------------------------------------------ search
