@@ -18,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 
-from kvcargo.catalog import Codec, Link, Model
+from kvcargo.catalog import Catalog, Codec, Link, Model
 from kvcargo.cost import Pool, prefill_step, require_fit, shape
 from kvcargo.errors import KvcargoError
 
@@ -241,3 +241,14 @@ def calculate(model: Model, prompt: int, link: Link, pool: Pool, compression: Co
         exposed_s=exposed_after_prefill(link.latency, wire_s, prefill_s, model.layers, send),
         link_full_rps=link.bandwidth * ratio / kv if kv else math.inf,
     )
+
+
+def calculate_keys(cat: Catalog, model: str, prompt: int, link: str, kv_compress: str | None = None,
+                   kv_keep: float | None = None, kv_ratio: float | None = None, send: SendMode = "whole",
+                   device: str = "h100", devices_per_instance: int = 1) -> tuple[HandoffResult, Model, Link, Pool]:
+    """The calculator from catalog keys (what the CLI and the web API take): the result and the
+    model, link and prefill pool it was computed for."""
+    m, ln = cat.model(model), cat.link(link)
+    pool = Pool(cat.device(device), devices_per_instance)
+    codec = Compression(cat.codec(kv_compress), "transit", kv_keep, kv_ratio) if kv_compress else None
+    return calculate(m, prompt, ln, pool, codec, send), m, ln, pool

@@ -77,8 +77,7 @@ def metric_of(summary: dict[str, Any], metric: str) -> Any:
 def run(only: Iterable[str] | None = None) -> list[Check]:
     """Recompute the checks of the given groups (all by default)."""
     from kvcargo import catalog
-    from kvcargo.cost import Pool
-    from kvcargo.handoff import Compression, calculate
+    from kvcargo.handoff import calculate_keys
     from kvcargo.simulation import simulate
 
     known = groups()
@@ -92,12 +91,8 @@ def run(only: Iterable[str] | None = None) -> list[Check]:
     out = []
     for c in checks:
         if "handoff" in c:
-            h = {"model": "llama3-8b", "prompt": 2048, "device": "h100", "devices_per_instance": 1,
-                 "kv_compress": None, "send": "whole", **c["handoff"]}
-            codec = Compression(cat.codec(h["kv_compress"])) if h["kv_compress"] else None
-            result = calculate(cat.model(h["model"]), h["prompt"], cat.link(h["link"]),
-                               Pool(cat.device(h["device"]), h["devices_per_instance"]), codec, h["send"])
-            value = getattr(result, c["metric"])
+            h = {"model": "llama3-8b", "prompt": 2048, **c["handoff"]}
+            value = getattr(calculate_keys(cat, **h)[0], c["metric"])
         else:
             key = json.dumps(c["config"], sort_keys=True)
             if key not in summaries:

@@ -8,7 +8,7 @@ import click
 
 from kvcargo import catalog as catalog_mod
 from kvcargo.cost import Pool
-from kvcargo.handoff import Compression, HandoffResult, calculate
+from kvcargo.handoff import HandoffResult, calculate_keys
 from kvcargo.report.text import bytes_, rate_bps, seconds, table
 
 
@@ -33,18 +33,18 @@ def command(model: str, prompt: int, link: str, kv_compress: str | None, kv_keep
             as_json: bool) -> None:
     """Hand-off size, transfer time, time exposed after prefill and link saturation rate."""
     cat = catalog_mod.load(catalog_files)
-    m = cat.model(model)
-    pool = Pool(cat.device(device), devices_per_instance)
-    codec = Compression(cat.codec(kv_compress), "transit", kv_keep, kv_ratio) if kv_compress else None
-    links = list(cat.links.values()) if all_links else [cat.link(link)]
-    results = [calculate(m, prompt, ln, pool, codec, send) for ln in links]
+    keys = list(cat.links) if all_links else [link]
+    runs = [calculate_keys(cat, model, prompt, key, kv_compress, kv_keep, kv_ratio, send, device,
+                           devices_per_instance) for key in keys]
+    results = [r for r, *_ in runs]
     if as_json:
         data = [r.as_dict() for r in results]
         click.echo(json.dumps(data if all_links else data[0], indent=2))
     elif all_links:
         click.echo(link_table(results))
     else:
-        click.echo(panel(results[0], cat.link(link).name, m.name, pool))
+        r, m, ln, pool = runs[0]
+        click.echo(panel(r, ln.name, m.name, pool))
 
 
 def panel(r: HandoffResult, link_name: str, model_name: str, pool: Pool) -> str:

@@ -21,7 +21,7 @@ from kvcargo.cli.simulate import jsonable
 from kvcargo.config import SimConfig, describe
 from kvcargo.cost import Pool
 from kvcargo.errors import KvcargoError
-from kvcargo.handoff import Compression, HandoffResult, calculate
+from kvcargo.handoff import HandoffResult, calculate_keys
 from kvcargo.report.text import ms, pct
 
 _CLI = {p.name: p.default for p in handoff_cli.command.params}
@@ -76,13 +76,9 @@ def parse_handoff(query: Sequence[tuple[str, str]]) -> HandoffParams:
 
 def handoff(params: HandoffParams, catalog_files: Sequence[str] = ()) -> dict[str, Any]:
     """The calculator: ``kvcargo handoff --json``'s numbers plus the CLI's text panel (``panel``)."""
-    cat = catalog_mod.load(catalog_files)
-    m = cat.model(params.model)
-    pool = Pool(cat.device(params.device), params.devices_per_instance)
-    link = cat.link(params.link)
-    codec = (Compression(cat.codec(params.kv_compress), "transit", params.kv_keep, params.kv_ratio)
-             if params.kv_compress else None)
-    result = calculate(m, params.prompt, link, pool, codec, params.send)
+    result, m, link, pool = calculate_keys(
+        catalog_mod.load(catalog_files), params.model, params.prompt, params.link, params.kv_compress,
+        params.kv_keep, params.kv_ratio, params.send, params.device, params.devices_per_instance)
     return {**result.as_dict(), "layers": m.layers, "panel": panel(result, link.name, m.name, pool)}
 
 
