@@ -124,3 +124,16 @@ def test_exact_sum_is_math_fsum(xs: list[float]) -> None:
 def test_exact_sum_on_cancellation_and_half_even_cases() -> None:
     for xs in ([1e100, 1.0, -1e100, 1e-100] * 100, [0.1] * 1000, [1.0, 1e-16, 1e-16] * 200, [2.0**53, 1.0, 1e-300] * 100):
         assert exact_sum(np.array(xs)) == math.fsum(xs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.5, 1.0, 1.5, 2.0]) | floats, st.integers(0, 9)), min_size=1, max_size=400))
+def test_compiled_weighted_selection_equals_sorting(pairs: list[tuple[float, int]]) -> None:
+    from kvcargo import stats
+
+    values = np.array([v for v, _ in pairs])
+    weights = np.array([w for _, w in pairs])
+    if weights.sum() == 0:
+        return
+    got = stats.weighted_percentiles(values, weights, (0, 13, 50, 90, 99, 100))
+    assert got == stats.percentiles(np.repeat(values, weights), (0, 13, 50, 90, 99, 100))

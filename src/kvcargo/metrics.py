@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from kvcargo._jit import kernel
 from kvcargo.cost import silicon_cost_usd
 from kvcargo.engine.cluster import EngineOutput
 from kvcargo.engine.state import DONE, REJECTED, S_BUSY, S_BYTES, S_EC, S_EM, S_FLOPS, S_STEPS
@@ -85,22 +86,46 @@ def stage_times(out: EngineOutput) -> dict[str, np.ndarray]:
 def itl_sample(out: EngineOutput, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every token gap after the first token of ``requests``, as (values, multiplicities)."""
     sel = requests[(out.output[requests] >= 2) & (out.first_step[requests] >= 0)]
-    values, weights = [], []
-    inst = out.step_inst[:, 0]
-    for d in np.unique(out.decode_inst[sel]):
-        ends = out.steps[inst == d, 1]
-        mine = sel[out.decode_inst[sel] == d]
-        k = out.first_step[mine]
-        values.append(ends[k] - out.first_token[mine])  # each request's first gap
-        weights.append(np.ones(len(mine), dtype=np.int64))
-        # requests in step k after their first: +1 from their second step, -1 after their last
-        count = np.bincount(k + 1, minlength=len(ends) + 1) - np.bincount(k + out.output[mine] - 1,
-                                                                            minlength=len(ends) + 1)
-        values.append(ends[1:] - ends[:-1])
-        weights.append(np.cumsum(count)[1:len(ends)])
-    if not values:
-        return np.zeros(0), np.zeros(0, dtype=np.int64)
-    return np.concatenate(values), np.concatenate(weights)
+    return _token_gaps(out.steps[:, 1], out.step_inst[:, 0], max(1, out.resolved.n_decode),
+                       out.decode_inst[sel], out.first_step[sel], out.output[sel], out.first_token[sel])
+
+
+@kernel
+def _token_gaps(ends, inst, n_inst, r_inst, r_first, r_output, r_first_token):
+    """The step log (ends, instances, in time order) and the requests' first step ordinals →
+    each request's first gap (weight 1), then every step's gap weighted by how many of the
+    requests were in it after their first step."""
+    count = np.zeros(n_inst + 1, dtype=np.int64)  # steps per instance, then their offsets
+    for g in range(inst.shape[0]):
+        count[inst[g] + 1] += 1
+    start = np.cumsum(count)
+    index = np.empty(inst.shape[0], dtype=np.int64)  # (instance, ordinal) → position in the log
+    filled = start[:n_inst].copy()
+    for g in range(inst.shape[0]):
+        index[filled[inst[g]]] = g
+        filled[inst[g]] += 1
+    n_req = r_inst.shape[0]
+    n_steps = inst.shape[0]
+    values = np.empty(n_req + n_steps)
+    weights = np.zeros(n_req + n_steps, dtype=np.int64)
+    delta = np.zeros(n_steps + 1, dtype=np.int64)
+    for q in range(n_req):
+        base = start[r_inst[q]]
+        k = r_first[q]
+        values[q] = ends[index[base + k]] - r_first_token[q]
+        weights[q] = 1
+        delta[base + k + 1] += 1  # from its second step ...
+        delta[base + k + r_output[q] - 1] -= 1  # ... to its last
+    level = 0
+    for j in range(n_steps):
+        level += delta[j]
+        prev = j - 1
+        if j > 0 and j > start[inst[index[j]]]:  # not an instance's first step
+            values[n_req + j] = ends[index[j]] - ends[index[prev]]
+            weights[n_req + j] = level
+        else:
+            values[n_req + j] = 0.0
+    return values, weights
 
 
 def summarize(out: EngineOutput) -> dict[str, Any]:

@@ -102,15 +102,61 @@ def percentiles(x: np.ndarray, ps: tuple[float, ...]) -> list[float]:
 def weighted_percentiles(values: np.ndarray, weights: np.ndarray, ps: tuple[float, ...]) -> list[float]:
     """As :func:`percentiles` for a sample where ``values[i]`` occurs ``weights[i]`` times."""
     keep = weights > 0
-    v, w = values[keep], weights[keep]
+    v, w = np.ascontiguousarray(values[keep], dtype=np.float64), np.ascontiguousarray(weights[keep], dtype=np.int64)
     n = int(w.sum())
     if n == 0:
         return [math.nan] * len(ps)
-    order = np.argsort(v)  # ties need no order: equal values are interchangeable
-    v, cum = v[order], np.cumsum(w[order])
-    out = []
-    for p in ps:
-        lo, hi, t = _ranks(n, p)
-        a, b = np.searchsorted(cum, [lo, hi], side="right")
-        out.append(_lerp(float(v[a]), float(v[b]), t))
+    ranks = [_ranks(n, p) for p in ps]
+    wanted = np.array(sorted({k for lo, hi, _ in ranks for k in (lo, hi)}), dtype=np.int64)
+    if ENABLED:
+        found = dict(zip(wanted.tolist(), _weighted_select(v, w, wanted).tolist()))
+    else:
+        order = np.argsort(v)  # ties need no order: equal values are interchangeable
+        cum = np.cumsum(w[order])
+        found = dict(zip(wanted.tolist(), v[order][np.searchsorted(cum, wanted, side="right")].tolist()))
+    return [_lerp(found[lo], found[hi], t) for lo, hi, t in ranks]
+
+
+@kernel
+def _weighted_select(values, weights, ranks):
+    """The values at the given 0-based ranks (ascending) of the sample where ``values[i]``
+    occurs ``weights[i]`` times: one weighted multi-quickselect (three-way partitions, median
+    of three), descending only into the parts that hold a wanted rank."""
+    v = values.copy()
+    w = weights.copy()
+    out = np.empty(ranks.shape[0])
+    stack = [(0, v.shape[0], 0, 0, ranks.shape[0])]  # [lo, hi), weight before lo, ranks [r0, r1)
+    while len(stack) > 0:
+        lo, hi, base, r0, r1 = stack.pop()
+        a, b, c = v[lo], v[(lo + hi) // 2], v[hi - 1]
+        pivot = max(min(a, b), min(max(a, b), c))
+        lt, i, gt = lo, lo, hi
+        w_lt = 0
+        w_eq = 0
+        while i < gt:
+            x = v[i]
+            if x < pivot:
+                v[i], v[lt] = v[lt], v[i]
+                w[i], w[lt] = w[lt], w[i]
+                w_lt += w[lt]
+                lt += 1
+                i += 1
+            elif x > pivot:
+                gt -= 1
+                v[i], v[gt] = v[gt], v[i]
+                w[i], w[gt] = w[gt], w[i]
+            else:
+                w_eq += w[i]
+                i += 1
+        left = r0
+        while left < r1 and ranks[left] - base < w_lt:
+            left += 1
+        right = left
+        while right < r1 and ranks[right] - base < w_lt + w_eq:
+            out[right] = pivot
+            right += 1
+        if left > r0:
+            stack.append((lo, lt, base, r0, left))
+        if right < r1:
+            stack.append((gt, hi, base + w_lt + w_eq, right, r1))
     return out
