@@ -89,6 +89,12 @@ def _ports(res: Resolved) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return pf, (first_gpu // c.domain_size).astype(np.int64), pf[:, 2].astype(np.int64)
 
 
+def needs_extra_columns(c) -> bool:  # type: ignore[no-untyped-def]
+    """Whether an opt-in model reads the per-request columns the reference does not need."""
+    return (c.send != "whole" or c.topology != "shared" or c.link_sharing != "fcfs" or c.kv_reserve != "at-decode"
+            or c.decode_prefix_cache or c.kv_compress is not None)
+
+
 def build_params(res: Resolved) -> tuple[Params, Transfers]:
     """Coefficient arrays and per-request hand-off figures for the engine."""
     w, c = res.workload, res.config
@@ -96,8 +102,9 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     n = len(prompt)
     kv_bytes = shape(res.model).handoff_bytes(prompt)
     groups = (c.layer_groups or res.model.layers) if c.send == "layerwise" else 1
-    rf = np.zeros((n, 14))
+    rf = np.zeros((n, 6))
     rf[:, S.ARRIVAL_T] = w.arrival
+    rx = np.zeros((n if needs_extra_columns(c) else 1, 8))
     endpoint = dec_cost = False
     kvb = res.model.kv_bytes
     if res.colocated:
@@ -108,18 +115,19 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
         rf[:, S.XFER_TIME] = xfer.duration
         rf[:, S.XFER_J] = xfer.link_j
         rf[:, S.TRANSIT_J] = xfer.transit_j
-        rf[:, S.SLICE_TIME] = xfer.slice_time
-        rf[:, S.SLICE_EXTRA] = xfer.last_extra
-        rf[:, S.EFF_BYTES] = xfer.slice_time * groups * res.link.bandwidth
+        if len(rx) == n:
+            rx[:, S.SLICE_TIME] = xfer.slice_time
+            rx[:, S.SLICE_EXTRA] = xfer.last_extra
+            rx[:, S.EFF_BYTES] = xfer.slice_time * groups * res.link.bandwidth
         if c.topology == "nvlink-domain":
             nv = transfers(res.catalog.link(res.prefill_pool.device.scale_up), comp, kv_bytes, kvb, prompt, groups)
-            rf[:, S.XFER_TIME_NV], rf[:, S.SLICE_TIME_NV], rf[:, S.XFER_J_NV] = nv.duration, nv.slice_time, nv.link_j
+            rx[:, S.XFER_TIME_NV], rx[:, S.SLICE_TIME_NV], rx[:, S.XFER_J_NV] = nv.duration, nv.slice_time, nv.link_j
         if comp is not None and comp.at == "endpoint":
             endpoint = True
             rf[:, S.EP_OPS], rf[:, S.EP_BYTES] = endpoint_work(comp, kv_bytes, prompt, kvb)
         if comp is not None and comp.codec.decode_ops_per_value > 0:
             dec_cost = True
-            rf[:, S.DEC_OPS], rf[:, S.DEC_BYTES] = comp.decode_work(kv_bytes, xfer.wire_bytes, kvb)
+            rx[:, S.DEC_OPS], rx[:, S.DEC_BYTES] = comp.decode_work(kv_bytes, xfer.wire_bytes, kvb)
     ri = np.empty((n, 3), dtype=np.int64)
     ri[:, S.PROMPT] = prompt
     ri[:, S.OUTPUT] = w.output
@@ -148,7 +156,7 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     ints[S.P_EARLY] |= ints[S.P_PREFIX]
     mi, mf = model_coefficients(res.model, c.lm_head)
     hf = np.stack([res.prefill_pool.coefficients(), res.decode_pool.coefficients()])
-    return Params(rf=rf, ri=ri, mi=mi, mf=mf, hf=hf, ints=ints, pf=pf, domain=domain, blocks=blocks,
+    return Params(rf=rf, rx=rx, ri=ri, mi=mi, mf=mf, hf=hf, ints=ints, pf=pf, domain=domain, blocks=blocks,
                   block_offsets=offsets), xfer
 
 
@@ -164,29 +172,37 @@ def run(res: Resolved) -> EngineOutput:
     n = len(params.rf)
     n_slots = res.n_decode if res.colocated else res.n_prefill
     _, _, channels = _ports(res)
-    # A first guess at the number of decode steps (output tokens / 8); the engine pauses when
+    # A first guess at the number of decode steps (output tokens / 32); the engine pauses when
     # its log is full and resumes with a larger one.
-    guess = max(1024, int(params.ri[:, S.OUTPUT].sum() // 8))
+    guess = max(1024, int(params.ri[:, S.OUTPUT].sum() // 32))
     st = new_state(n, n_slots, res.n_decode, res.n_prefill + res.n_decode, res.config.max_batch, channels,
                    int(params.ints[S.P_GROUPS]), bool(params.ints[S.P_FAIR]), guess,
-                   int(params.blocks.max()) + 1 if params.ints[S.P_PREFIX] else 0)
+                   int(params.blocks.max()) + 1 if params.ints[S.P_PREFIX] else 0, len(params.rx) == n)
     pr = by_reference(params)
     while (code := run_events(by_reference(st), pr)) != S.FINISHED:
         st = grown(st, code)
     k = int(st.i[S.I_NSTEPS])
-    t, r = st.t, st.r
+
+    def col(table: np.ndarray, c: int) -> np.ndarray:  # a compact copy: the big tables are freed
+        return np.ascontiguousarray(table[:, c])
+
+    t, tx, r = st.t, st.tx, st.r
+
+    def extra(c: int) -> np.ndarray:
+        return col(tx, c) if len(tx) == n else np.full(n, np.nan)
+
     return EngineOutput(
-        resolved=res, arrival=params.rf[:, S.ARRIVAL_T], prompt=params.ri[:, S.PROMPT],
-        output=params.ri[:, S.OUTPUT],
-        prefill_start=t[:, S.PREFILL_START], first_token=t[:, S.FIRST_TOKEN], kv_start=t[:, S.KV_START],
-        kv_ready=t[:, S.KV_READY], decode_start=t[:, S.DECODE_START], finish=t[:, S.FINISH],
-        status=r[:, S.STATUS], prefill_inst=r[:, S.PREFILL_INST], decode_inst=r[:, S.DECODE_INST],
-        first_step=r[:, S.FIRST_STEP], stats=st.stats[:, : S.S_STEPS + 1],
-        kv_held=st.stats[: res.n_prefill, [S.S_KV_INT, S.S_KV_PEAK]], want_memory=t[:, S.WANT_MEMORY],
-        send_fraction=np.where(np.isnan(t[:, S.SEND_FRAC]), 1.0, t[:, S.SEND_FRAC]),
-        reserved=t[:, S.RESERVED],
-        steps=st.logf[:k], step_inst=st.logi[:k],
+        resolved=res, arrival=col(params.rf, S.ARRIVAL_T), prompt=col(params.ri, S.PROMPT),
+        output=col(params.ri, S.OUTPUT),
+        prefill_start=col(t, S.PREFILL_START), first_token=col(t, S.FIRST_TOKEN), kv_start=col(t, S.KV_START),
+        kv_ready=col(t, S.KV_READY), decode_start=col(t, S.DECODE_START), finish=col(t, S.FINISH),
+        status=col(r, S.STATUS), prefill_inst=col(r, S.PREFILL_INST), decode_inst=col(r, S.DECODE_INST),
+        first_step=col(r, S.FIRST_STEP), stats=st.stats[:, : S.S_STEPS + 1].copy(),
+        kv_held=st.stats[: res.n_prefill, [S.S_KV_INT, S.S_KV_PEAK]], want_memory=extra(S.WANT_MEMORY),
+        send_fraction=np.nan_to_num(extra(S.SEND_FRAC), nan=1.0), reserved=extra(S.RESERVED),
+        steps=st.logf[:k].copy(), step_inst=st.logi[:k].copy(),
         horizon=float(st.f[S.F_NOW]), transfers=int(st.i[S.I_XFERS]),
-        port_busy=st.port_busy, port_channels=channels, link_busy_s=float(st.port_busy[0]), link_j=float(st.f[S.F_LINK_J]),
-        transit_j=float(st.f[S.F_TRANSIT_J]), transit_bound=xfer.transit_bound, wire_bytes=xfer.wire_bytes,
+        port_busy=st.port_busy.copy(), port_channels=channels, link_busy_s=float(st.port_busy[0]),
+        link_j=float(st.f[S.F_LINK_J]), transit_j=float(st.f[S.F_TRANSIT_J]), transit_bound=xfer.transit_bound,
+        wire_bytes=xfer.wire_bytes,
     )

@@ -65,8 +65,8 @@ def join_batch(st, pr, d, r):
     decompression, if the codec has a cost, joins the instance's next step)."""
     if pr.ints[P_DECCOST]:
         row = pr.ints[P_NPREFILL] + d
-        st.stats[row, S_PEND_OPS] += pr.rf[r, DEC_OPS]
-        st.stats[row, S_PEND_BYTES] += pr.rf[r, DEC_BYTES]
+        st.stats[row, S_PEND_OPS] += pr.rx[r, DEC_OPS]
+        st.stats[row, S_PEND_BYTES] += pr.rx[r, DEC_BYTES]
     st.d[d, D_RUNNING] += 1
     st.d[d, D_CONTEXT] += pr.ri[r, PROMPT] + 1
     st.t[r, DECODE_START] = st.f[F_NOW]

@@ -119,17 +119,17 @@ def unit_duration(st, pr, unit):
     r = unit // g
     nv = _over_nvlink(st, pr, r)
     if pr.ints[P_PREFIX]:  # only the blocks the receiver lacks cross, at the same pace
-        body = (pr.rf[r, SLICE_TIME_NV] if nv else pr.rf[r, SLICE_TIME]) * st.t[r, SEND_FRAC]
+        body = (pr.rx[r, SLICE_TIME_NV] if nv else pr.rx[r, SLICE_TIME]) * st.tx[r, SEND_FRAC]
         if unit % g < g - 1:
             return body
-        return body + (pr.pf[st.r[r, PORT_A], PF_LATENCY] if nv else pr.rf[r, SLICE_EXTRA])
+        return body + (pr.pf[st.r[r, PORT_A], PF_LATENCY] if nv else pr.rx[r, SLICE_EXTRA])
     if g == 1:
-        return pr.rf[r, XFER_TIME_NV] if nv else pr.rf[r, XFER_TIME]
+        return pr.rx[r, XFER_TIME_NV] if nv else pr.rf[r, XFER_TIME]
     if unit % g < g - 1:
-        return pr.rf[r, SLICE_TIME_NV] if nv else pr.rf[r, SLICE_TIME]
+        return pr.rx[r, SLICE_TIME_NV] if nv else pr.rx[r, SLICE_TIME]
     if nv:
-        return pr.rf[r, SLICE_TIME_NV] + pr.pf[st.r[r, PORT_A], PF_LATENCY]
-    return pr.rf[r, SLICE_TIME] + pr.rf[r, SLICE_EXTRA]
+        return pr.rx[r, SLICE_TIME_NV] + pr.pf[st.r[r, PORT_A], PF_LATENCY]
+    return pr.rx[r, SLICE_TIME] + pr.rx[r, SLICE_EXTRA]
 
 
 @kernel
@@ -147,10 +147,10 @@ def unit_granted(st, pr, unit):
 def _account(st, pr, r, busy):
     """Link time and energy of one unit (its share of the hand-off's)."""
     g = pr.ints[P_GROUPS]
-    share = (st.t[r, SEND_FRAC] if pr.ints[P_PREFIX] else 1.0) / g  # 1.0 for a whole hand-off
+    share = (st.tx[r, SEND_FRAC] if pr.ints[P_PREFIX] else 1.0) / g  # 1.0 for a whole hand-off
     st.port_busy[st.r[r, PORT_A]] += busy
     if _over_nvlink(st, pr, r):
-        st.f[F_LINK_J] += pr.rf[r, XFER_J_NV] * share
+        st.f[F_LINK_J] += pr.rx[r, XFER_J_NV] * share
     else:
         st.f[F_LINK_J] += pr.rf[r, XFER_J] * share
         st.f[F_TRANSIT_J] += pr.rf[r, TRANSIT_J] * share
@@ -283,9 +283,9 @@ def fair_start(st, pr, unit):
     """A unit starts moving now; everyone's share changes."""
     fair_advance(st)
     r = unit // pr.ints[P_GROUPS]
-    st.uf[unit, UF_LEFT] = pr.rf[r, EFF_BYTES] / pr.ints[P_GROUPS]
+    st.uf[unit, UF_LEFT] = pr.rx[r, EFF_BYTES] / pr.ints[P_GROUPS]
     if pr.ints[P_PREFIX]:
-        st.uf[unit, UF_LEFT] *= st.t[r, SEND_FRAC]
+        st.uf[unit, UF_LEFT] *= st.tx[r, SEND_FRAC]
     st.active[st.i[I_NACTIVE]] = unit
     st.i[I_NACTIVE] += 1
     if math.isnan(st.t[r, KV_START]):
@@ -312,12 +312,12 @@ def fair_done(st, pr, generation):
         st.active[i] = st.active[st.i[I_NACTIVE]]
         r = u // g
         nv = _over_nvlink(st, pr, r)
-        size = pr.rf[r, EFF_BYTES] * (st.t[r, SEND_FRAC] if pr.ints[P_PREFIX] else 1.0) / g
+        size = pr.rx[r, EFF_BYTES] * (st.tx[r, SEND_FRAC] if pr.ints[P_PREFIX] else 1.0) / g
         _account(st, pr, r, size / _flow_cap(st, pr, r))
         if u % g < g - 1:
             unit_landed(st, pr, u)
         else:
-            latency = pr.pf[st.r[r, PORT_A], PF_LATENCY] if nv else pr.rf[r, SLICE_EXTRA]
+            latency = pr.pf[st.r[r, PORT_A], PF_LATENCY] if nv else pr.rx[r, SLICE_EXTRA]
             schedule(st, st.f[F_NOW] + latency, LANDED, u)
     fair_rates(st, pr)
     fair_schedule(st)

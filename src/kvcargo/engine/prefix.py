@@ -32,14 +32,14 @@ def missing_fraction(st, pr, r, d):
     prompt = pr.ri[r, PROMPT]
     size = pr.ints[P_BLOCK_TOKENS]
     if hi == lo:
-        st.t[r, SEND_FRAC] = 1.0
+        st.tx[r, SEND_FRAC] = 1.0
         return
     missing = 0
     for k in range(lo, hi):
         tokens = size if k < hi - 1 else max(0, prompt - size * (hi - lo - 1))
         if st.lru[d, pr.blocks[k], 0] == NOT_CACHED:
             missing += tokens
-    st.t[r, SEND_FRAC] = min(1.0, missing / prompt)
+    st.tx[r, SEND_FRAC] = min(1.0, missing / prompt)
 
 
 @kernel(inline=True)

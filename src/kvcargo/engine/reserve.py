@@ -40,10 +40,10 @@ def handoff_ready(st, pr, r, k):
         choose_decode(st, pr, r)
     elif st.r[r, PORT_A] < 0:
         set_ports(st, pr, r, -1)
-    if pr.ints[P_RESERVE] and math.isnan(st.t[r, RESERVED]):
+    if pr.ints[P_RESERVE] and math.isnan(st.tx[r, RESERVED]):
         st.r[r, HELD] += k
-        if math.isnan(st.t[r, WANT_MEMORY]):
-            st.t[r, WANT_MEMORY] = st.f[F_NOW]
+        if math.isnan(st.tx[r, WANT_MEMORY]):
+            st.tx[r, WANT_MEMORY] = st.f[F_NOW]
             d = st.r[r, DEST]
             fifo_push(st, st.d, d, D_RQ_HEAD, D_RQ_TAIL, r)
             try_reserve(st, pr, d)
@@ -62,7 +62,7 @@ def try_reserve(st, pr, d):
         if st.d[d, D_KV_USED] + need > cap:
             break
         st.d[d, D_KV_USED] += need
-        st.t[r, RESERVED] = st.f[F_NOW]
+        st.tx[r, RESERVED] = st.f[F_NOW]
         nxt = st.r[r, QNEXT]
         st.d[d, D_RQ_HEAD] = nxt
         if nxt < 0:

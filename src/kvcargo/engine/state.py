@@ -27,9 +27,11 @@ PENDING, DONE, REJECTED = 0, 1, 2
 # Topologies.
 SHARED, NIC, DOMAIN = 0, 1, 2
 
-# ``State.t``: per-request timestamps (NaN: did not happen); SEND_FRAC: with a decode-side
-# prefix cache, the fraction of the hand-off the receiver lacked (the rest was cached).
-PREFILL_START, FIRST_TOKEN, KV_START, KV_READY, DECODE_START, FINISH, WANT_MEMORY, RESERVED, SEND_FRAC = range(9)
+# ``State.t``: per-request timestamps (NaN: did not happen).
+PREFILL_START, FIRST_TOKEN, KV_START, KV_READY, DECODE_START, FINISH = range(6)
+# ``State.tx`` (opt-in models only; one dummy row otherwise): when decode memory was asked for
+# and reserved; with a decode-side prefix cache, the fraction of the hand-off the receiver lacked.
+WANT_MEMORY, RESERVED, SEND_FRAC = range(3)
 # ``State.r``: per-request integers (DEST: decode instance chosen before the transfer, or -1;
 # UNITS_DONE: units landed; HELD: slices ready while waiting for decode memory).
 # SENT: parts released into the network; PORT_A/PORT_B: the ports its units cross; BNEXT: the
@@ -59,12 +61,13 @@ EV_SEQ, EV_KIND, EV_IDX = range(3)
 # ``State.f``: float scalars (the clock, link energy totals, the last fair-share update).
 F_NOW, F_LINK_J, F_TRANSIT_J, F_FLOW_T = range(4)
 
-# ``Params.rf``: per-request floats. XFER_*: a whole hand-off over the network link; SLICE_*:
-# one of the layer-wise slices (EXTRA: latency paid by the last); *_NV: over NVLink; EFF: bytes
-# a fair-shared flow must move (the in-transit stage's compute counted as bytes); DEC_*:
-# decompression work on the decode GPU.
-(ARRIVAL_T, XFER_TIME, XFER_J, TRANSIT_J, EP_OPS, EP_BYTES, SLICE_TIME, SLICE_EXTRA, XFER_TIME_NV,
- SLICE_TIME_NV, XFER_J_NV, EFF_BYTES, DEC_OPS, DEC_BYTES) = range(14)
+# ``Params.rf``: per-request floats: arrival, a whole hand-off over the network link (time it
+# holds a channel, link and in-transit energy), compression work on the prefill GPU.
+ARRIVAL_T, XFER_TIME, XFER_J, TRANSIT_J, EP_OPS, EP_BYTES = range(6)
+# ``Params.rx`` (opt-in models only; one dummy row otherwise): SLICE_*: one layer-wise slice
+# (EXTRA: the latency the last pays); *_NV: over NVLink; EFF: bytes a fair-shared flow must move
+# (the in-transit stage's compute counted as bytes); DEC_*: decompression on the decode GPU.
+(SLICE_TIME, SLICE_EXTRA, XFER_TIME_NV, SLICE_TIME_NV, XFER_J_NV, EFF_BYTES, DEC_OPS, DEC_BYTES) = range(8)
 # ``Params.ri``: per-request integers (QUAD = prompt·(prompt + 1), the causal-attention term).
 PROMPT, OUTPUT, QUAD = range(3)
 # ``Params.ints``: limits and switches.
@@ -78,6 +81,7 @@ class Params(NamedTuple):
     """Everything the engine reads but never writes: the workload, costs, limits, ports."""
 
     rf: np.ndarray
+    rx: np.ndarray
     ri: np.ndarray
     mi: np.ndarray
     mf: np.ndarray
@@ -97,6 +101,7 @@ class State(NamedTuple):
     """Everything the engine writes."""
 
     t: np.ndarray
+    tx: np.ndarray
     r: np.ndarray
     p: np.ndarray
     d: np.ndarray
@@ -128,11 +133,12 @@ FINISHED, LOG_FULL, EVENTS_FULL = 0, 1, 2
 
 
 def new_state(n: int, n_prefill: int, n_decode: int, n_stats: int, max_batch: int, ports: np.ndarray,
-              groups: int, fair: bool, log_capacity: int, n_blocks: int = 0) -> State:
+              groups: int, fair: bool, log_capacity: int, n_blocks: int = 0, extra: bool = False) -> State:
     """Fresh state for ``n`` requests whose hand-offs are cut in ``groups`` parts.
 
     Colocated runs use the prefill rows for each instance's batch in flight and the decode rows
-    for its queue and running batch. ``ports`` holds each port's channels.
+    for its queue and running batch. ``ports`` holds each port's channels; ``extra``: an opt-in
+    model needs the per-request columns of ``tx``.
     """
     r = np.zeros((n, 12), dtype=np.int64)
     r[:, PREFILL_INST:DEST + 1] = -1
@@ -147,7 +153,7 @@ def new_state(n: int, n_prefill: int, n_decode: int, n_stats: int, max_batch: in
     units = n * groups
     events = 4 * (n_prefill + n_decode + 3 * int(ports.sum())) + 128
     return State(
-        t=np.full((n, 9), np.nan), r=r, p=p, d=d,
+        t=np.full((n, 6), np.nan), tx=np.full((n if extra else 1, 3), np.nan), r=r, p=p, d=d,
         fin=np.zeros((n_decode, max(1, min(max_batch, n)), 2), dtype=np.int64),
         stats=np.zeros((n_stats, 13)), i=np.zeros(9, dtype=np.int64), f=np.zeros(4),
         evt=np.zeros(events), evi=np.zeros((events, 3), dtype=np.int64),

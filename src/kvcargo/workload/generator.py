@@ -41,6 +41,10 @@ class LengthDist:
         return np.array([self.mean, self.cv, mu, math.sqrt(sigma2), self.lo, self.hi], dtype=np.float64)
 
 
+CHUNK = 1 << 20
+"""Uniforms drawn per batch (bounded memory for millions of requests)."""
+
+
 def generate(n: int, rate: float, prompt: LengthDist, output: LengthDist, seed: int = 1) -> Workload:
     """``n`` Poisson arrivals at ``rate`` req/s with lognormal prompt and output lengths."""
     if n < 1:
@@ -54,12 +58,13 @@ def generate(n: int, rate: float, prompt: LengthDist, output: LengthDist, seed: 
     plen = np.empty(n, dtype=np.int64)
     olen = np.empty(n, dtype=np.int64)
     done, pos, t = 0, 0, 0.0
-    u = uniforms(rng, 7 * n + 64)
+    chunk = min(7 * n + 64, CHUNK)  # ~6.5 uniforms per request, drawn a bounded batch at a time
+    u = uniforms(rng, chunk)
     while True:
         done, pos, t = draw_requests(u, pos, done, t, float(rate), prompt.params(), output.params(),
                                      arrival, plen, olen)
         if done == n:
             break
-        u = np.concatenate([u[pos:], uniforms(rng, 2 * (n - done) + 64)])
+        u = np.concatenate([u[pos:], uniforms(rng, min(7 * (n - done) + 64, CHUNK))])
         pos = 0
     return Workload(arrival, plen, olen, source=f"poisson rate={rate:g} seed={seed}")
