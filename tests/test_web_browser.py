@@ -7,11 +7,8 @@ request outside the local server and raised no script error.
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +27,8 @@ sync_api = pytest.importorskip("playwright.sync_api")
 uvicorn = pytest.importorskip("uvicorn")
 pytest.importorskip("fastapi")
 
+from web_support import live_server  # noqa: E402
+
 from kvcargo import simulate  # noqa: E402
 from kvcargo.web import create_app  # noqa: E402
 from kvcargo.web.service import result_table  # noqa: E402
@@ -37,19 +36,8 @@ from kvcargo.web.service import result_table  # noqa: E402
 
 @pytest.fixture(scope="module")
 def base_url() -> Iterator[str]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(timeout_s=120), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server.should_exit = True
-    thread.join(30)
-    sock.close()
+    with live_server(create_app(timeout_s=120)) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -128,6 +128,18 @@ def sweep_figure(rows: Sequence[dict[str, Any]], path: str | Path, x: str = "rat
     return Path(path)
 
 
+def _save_axes(plt: Any, fig: Any, ax: Any, path: str | Path, xlabel: str, ylabel: str, title: str) -> Path:
+    """Label, grid and legend a single-axes matplotlib figure, write it and close it."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
 def _color(i: int) -> str:
     palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                "#bcbd22", "#17becf")
@@ -157,14 +169,7 @@ def capacity_figure(data: dict[str, Any], path: str | Path) -> Path:
             ax.axvline(v, color=_color(i + 1), ls=":", lw=1.2, label=f"{k} ceiling {v:.3g}")
         if answer:
             ax.axvline(answer, color="black", lw=1.5, label=f"capacity {answer:.3g}")
-        ax.set_xlabel("rate (req/s)")
-        ax.set_ylabel("SLO attainment (%)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        ax.set_title("kvcargo capacity")
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        return Path(path)
+        return _save_axes(plt, fig, ax, path, "rate (req/s)", "SLO attainment (%)", "kvcargo capacity")
     go, _ = _plotly()
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=[p["rate"] for p in probes], y=[100 * p["slo_attainment"] for p in probes],
@@ -210,14 +215,8 @@ def pareto_figure(candidates: Sequence[dict[str, Any]], path: str | Path, cost: 
         if chosen:
             c = chosen[0]
             ax.scatter([c[key]], [c["capacity"]], s=120, marker="*", color="#d62728", label="best", zorder=4)
-        ax.set_xlabel(COST_TITLE[cost])
-        ax.set_ylabel("capacity (req/s inside the SLOs)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        ax.set_title("kvcargo plan: capacity vs cost")
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        return Path(path)
+        return _save_axes(plt, fig, ax, path, COST_TITLE[cost], "capacity (req/s inside the SLOs)",
+                          "kvcargo plan: capacity vs cost")
     go, _ = _plotly()
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=[c[key] for c in others], y=[c["capacity"] for c in others], mode="markers",
