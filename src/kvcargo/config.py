@@ -33,41 +33,69 @@ MAX_REQUESTS = 50_000_000
 class SimConfig(BaseModel):
     """A simulation run. Field names are the CLI flags (``--prefill-device`` → ``prefill_device``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     model: str = "llama3-8b"
+    """Model key (kvcargo catalog models)."""
     device: str = "h100"
+    """Accelerator of every instance (kvcargo catalog devices)."""
     devices_per_instance: Count = 1
+    """Devices per instance (tensor parallelism as one big device)."""
     prefill_device: str | None = None
+    """Accelerator of the prefill pool (default: --device)."""
     decode_device: str | None = None
+    """Accelerator of the decode pool (default: --device)."""
     prefill_devices_per_instance: Count | None = None
+    """Devices per prefill instance (default: --devices-per-instance)."""
     decode_devices_per_instance: Count | None = None
+    """Devices per decode instance (default: --devices-per-instance)."""
     mode: Literal["disagg", "colocated"] = "disagg"
+    """Disaggregated prefill/decode pools, or the colocated baseline on the same GPUs."""
     prefill: Count = 1
+    """Prefill instances."""
     decode: Count = 1
+    """Decode instances."""
     instances: Count | None = None
     """Colocated instance count (default: prefill + decode, the same GPUs)."""
     link: str = "ib-ndr"
+    """KV link between the pools (kvcargo catalog links)."""
     link_channels: Count | None = None
+    """Parallel channels of the KV link (default: the catalog's)."""
     rate: Positive | None = None
     """Poisson rate of the generated workload (default 8 req/s); with a trace file, rescale the
     trace to this mean rate (unset: replay it as recorded)."""
     requests: Annotated[int, Field(ge=1, le=MAX_REQUESTS)] = 800
+    """Number of requests."""
     prompt: Positive = 2048.0
+    """Mean prompt length, tokens."""
     prompt_cv: NonNeg = 0.5
+    """Coefficient of variation of prompt lengths (0: fixed)."""
     output: Positive = 256.0
+    """Mean output length, tokens."""
     output_cv: NonNeg = 0.5
+    """Coefficient of variation of output lengths (0: fixed)."""
     seed: int = 1
+    """Random seed of the workload."""
     ttft_slo: Positive = 1.0
+    """Time-to-first-token SLO, seconds."""
     tpot_slo: Positive = 0.025
+    """Time-per-output-token SLO, seconds."""
     kv_compress: str | None = None
+    """Compress the hand-off with a codec (kvcargo catalog codecs)."""
     kv_compress_at: Literal["transit", "endpoint"] = "transit"
+    """Where the codec runs: in the link (transit) or on the prefill GPU (endpoint)."""
     kv_keep: Annotated[float, Field(gt=0, le=1)] | None = None
+    """Fraction of coefficients kept by freq-keep-k."""
     power_cap: Positive | None = None
+    """Per-device power cap, W (both pools)."""
     prefill_power_cap: Positive | None = None
+    """Per-device power cap of the prefill pool, W."""
     decode_power_cap: Positive | None = None
+    """Per-device power cap of the decode pool, W."""
     dvfs: bool = False
+    """Lower the compute clock on memory-bound steps."""
     workload_file: str | None = None
+    """Replay a trace (CSV, JSON rows, Mooncake JSONL, Azure 2023 CSV)."""
     # Trace replay (with workload_file); see kvcargo.workload.traces.
     time_scale: Positive | None = None
     """Multiply the trace's arrival times by this (0.5 replays twice as fast)."""

@@ -12,48 +12,6 @@ import click
 
 from kvcargo.config import SimConfig
 
-HELP = {
-    "model": "model key (kvcargo catalog models)",
-    "device": "accelerator of every instance (kvcargo catalog devices)",
-    "devices_per_instance": "devices per instance (tensor parallelism as one big device)",
-    "prefill_device": "accelerator of the prefill pool (default: --device)",
-    "decode_device": "accelerator of the decode pool (default: --device)",
-    "mode": "disaggregated prefill/decode pools, or the colocated baseline on the same GPUs",
-    "prefill": "prefill instances",
-    "decode": "decode instances",
-    "instances": "colocated instances (default: prefill + decode)",
-    "link": "KV link between the pools (kvcargo catalog links)",
-    "link_channels": "parallel channels of the KV link (default: the catalog's)",
-    "rate": "Poisson arrival rate, req/s [default: 8]; with --workload-file: rescale the trace to this mean rate",
-    "requests": "number of requests",
-    "prompt": "mean prompt length, tokens",
-    "prompt_cv": "coefficient of variation of prompt lengths (0: fixed)",
-    "output": "mean output length, tokens",
-    "output_cv": "coefficient of variation of output lengths (0: fixed)",
-    "seed": "random seed of the workload",
-    "ttft_slo": "time-to-first-token SLO, seconds",
-    "tpot_slo": "time-per-output-token SLO, seconds",
-    "kv_compress": "compress the hand-off with a codec (kvcargo catalog codecs)",
-    "kv_compress_at": "where the codec runs: in the link (transit) or on the prefill GPU (endpoint)",
-    "kv_keep": "fraction of coefficients kept by freq-keep-k",
-    "power_cap": "per-device power cap, W (both pools)",
-    "prefill_power_cap": "per-device power cap of the prefill pool, W",
-    "decode_power_cap": "per-device power cap of the decode pool, W",
-    "dvfs": "lower the compute clock on memory-bound steps",
-    "workload_file": "replay a trace (CSV, JSON rows, Mooncake JSONL, Azure 2023 CSV)",
-    "time_scale": "trace replay: multiply arrival times (0.5 replays twice as fast)",
-    "limit": "trace replay: only the first N requests (after --window)",
-    "window": "trace replay: only requests arriving in START:END seconds (600:1200, 600:, :300)",
-    "arrival_col": "trace column (CSV header or JSON key) with arrival times",
-    "prompt_col": "trace column with prompt lengths (tokens)",
-    "output_col": "trace column with output lengths (tokens)",
-    "time_unit": "unit of numeric arrival times in the trace [default: s; Mooncake: ms]",
-    "lm_head": "LM head over every prompt token (reference) or the last one only",
-    "token_budget": "prefill batch token budget",
-    "max_batch": "maximum decode batch",
-    "catalog": "extra catalog TOML file (repeatable)",
-}
-
 
 def _click_type(annotation: Any) -> tuple[Any, bool]:
     """(click type, is_flag) for a SimConfig field annotation."""
@@ -77,15 +35,15 @@ def sim_options(fn: Callable) -> Callable:
         flag = "--" + name.replace("_", "-")
         if name == "catalog":
             fn = click.option(flag, "catalog", multiple=True, type=click.Path(dir_okay=False),
-                              help=HELP[name])(fn)
+                              help=field.description)(fn)
             continue
         ctype, is_flag = _click_type(field.annotation)
         default = field.default
         shown = f" [default: {default}]" if default not in (None, False) else ""
         if is_flag:
-            fn = click.option(flag, name, is_flag=True, default=None, help=HELP.get(name, "") + shown)(fn)
+            fn = click.option(flag, name, is_flag=True, default=None, help=(field.description or "") + shown)(fn)
         else:
-            fn = click.option(flag, name, type=ctype, default=None, help=HELP.get(name, "") + shown)(fn)
+            fn = click.option(flag, name, type=ctype, default=None, help=(field.description or "") + shown)(fn)
     return fn
 
 
