@@ -10,7 +10,7 @@ It is slow and plain on purpose: its value is being obviously right.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -237,7 +237,6 @@ class _Sim:
         inst.running = still
 
     def prefill_loop(self, inst: _Instance) -> Generator[simpy.Event, Any, None]:
-        env = self.env
         while True:
             if not inst.queue:
                 yield from inst.sleep()
@@ -248,16 +247,26 @@ class _Sim:
                 r = inst.queue.pop(0)
                 batch.append(r)
                 tokens += r.prompt
-            for r in batch:
-                r.prefill_start = env.now
-            yield env.timeout(self.prefill_step(inst, batch))
-            for r in batch:
-                r.first_token = r.last_token = env.now
-                r.tokens_out = 1
-                if r.output <= 1:
-                    self.finish(r)
-                else:
-                    env.process(self.transfer(r))
+            yield from self.run_prefill(inst, batch, self.hand_off)
+
+    def run_prefill(self, inst: _Instance, batch: list[_Req],
+                    then: Callable[[_Req], None]) -> Generator[simpy.Event, Any, None]:
+        """One prefill batch: every request gets its first token at the end of the step."""
+        env = self.env
+        for r in batch:
+            r.prefill_start = env.now
+        yield env.timeout(self.prefill_step(inst, batch))
+        for r in batch:
+            r.first_token = r.last_token = env.now
+            r.tokens_out = 1
+            then(r)
+
+    def hand_off(self, r: _Req) -> None:
+        """Disaggregated: a finished request leaves, every other one starts its KV transfer."""
+        if r.output <= 1:
+            self.finish(r)
+        else:
+            self.env.process(self.transfer(r))
 
     def transfer(self, r: _Req) -> Generator[simpy.Event, Any, None]:
         env = self.env
@@ -289,7 +298,6 @@ class _Sim:
 
     def colocated_loop(self, inst: _Instance) -> Generator[simpy.Event, Any, None]:
         """Prefill priority (vLLM v0): a prefill batch whenever one can be admitted, else decode."""
-        env = self.env
         while True:
             batch: list[_Req] = []
             tokens = 0
@@ -304,22 +312,20 @@ class _Sim:
                 batch.append(r)
                 tokens += r.prompt
             if batch:
-                for r in batch:
-                    r.prefill_start = env.now
-                yield env.timeout(self.prefill_step(inst, batch))
-                for r in batch:
-                    r.first_token = r.last_token = env.now
-                    r.tokens_out = 1
-                    if r.output <= 1:
-                        inst.kv_used -= r.prompt + r.output
-                        self.finish(r)
-                    else:
-                        r.decode_start = env.now
-                        inst.running.append(r)
+                yield from self.run_prefill(inst, batch, lambda r, inst=inst: self.keep_decoding(inst, r))
             elif inst.running:
                 yield from self.decode_step(inst)
             else:
                 yield from inst.sleep()
+
+    def keep_decoding(self, inst: _Instance, r: _Req) -> None:
+        """Colocated: a prefilled request stays on its instance and joins the decode batch."""
+        if r.output <= 1:
+            inst.kv_used -= r.prompt + r.output
+            self.finish(r)
+        else:
+            r.decode_start = self.env.now
+            inst.running.append(r)
 
     # ------------------------------------------------------------------------------ result
     def run(self) -> OracleResult:
