@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Create .venv with kvcargo and every optional part (numba, web UI, plots, Ray, Dask, Parquet).
+# An argument names other extras (scripts/test.sh passes "all,test").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[all]'
+.venv/bin/python -m pip install -q -e ".[${1:-all}]"
