@@ -8,13 +8,11 @@ TTFT p99 rounded to 0.1 ms); a full-precision value is matched bit for bit.
 from __future__ import annotations
 
 import json
-import tomllib
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
+from kvcargo.data import load
 from kvcargo.errors import KvcargoError
 
 UNITS = {" ms": 1e-3, " s": 1.0, "%": 0.01, " MB": 1e6, " GB": 1e9, " W": 1.0}
@@ -37,15 +35,9 @@ class Check:
         return asdict(self)
 
 
-@lru_cache(maxsize=1)
-def _data() -> dict[str, Any]:
-    text = resources.files("kvcargo").joinpath("data/published.toml").read_text(encoding="utf-8")
-    return tomllib.loads(text)
-
-
 def groups() -> dict[str, str]:
     """Group name → title."""
-    return dict(_data()["groups"])
+    return dict(load("published.toml")["groups"])
 
 
 def compare(published: str, value: Any, exact: Any = None) -> tuple[bool, str]:
@@ -85,7 +77,7 @@ def run(only: Iterable[str] | None = None) -> list[Check]:
     for g in wanted:
         if g not in known:
             raise KvcargoError(f"unknown group {g!r}; valid choices: {', '.join(known)}")
-    checks = [c for c in _data()["check"] if c["group"] in wanted]
+    checks = [c for c in load("published.toml")["check"] if c["group"] in wanted]
     summaries: dict[str, dict[str, Any]] = {}
     cat = catalog.builtin()
     out = []

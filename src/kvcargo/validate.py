@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import math
 import os
-import tomllib
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from functools import cache, lru_cache
-from importlib import resources
+from functools import cache
 from pathlib import Path
 from typing import Any
 
+from kvcargo.data import load
 from kvcargo.errors import KvcargoError
 
 UNITS = {"KiB": 1024.0, "MiB": 1024.0**2, "B": 1.0, "GB/s": 1e9, "ms": 1e-3, "s": 1.0, "billion": 1e9,
@@ -58,20 +57,14 @@ class Result:
         return asdict(self)
 
 
-@lru_cache(maxsize=1)
-def _data() -> dict[str, Any]:
-    text = resources.files("kvcargo").joinpath("data/validate.toml").read_text(encoding="utf-8")
-    return tomllib.loads(text)
-
-
 def groups() -> dict[str, str]:
     """Group name → title."""
-    return dict(_data()["groups"])
+    return dict(load("validate.toml")["groups"])
 
 
 def checks() -> list[dict[str, Any]]:
     """The checks as data."""
-    return [dict(c) for c in _data()["check"]]
+    return [dict(c) for c in load("validate.toml")["check"]]
 
 
 def parse(published: str) -> tuple[float, str, int]:
