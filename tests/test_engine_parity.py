@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from kvcargo.config import SimConfig, resolve
 from kvcargo.engine.cluster import EngineOutput, run
-from kvcargo.engine.state import REJECTED
+from kvcargo.engine.state import LOG_FULL, REJECTED
 from kvcargo.workload import Workload
 
 try:
@@ -73,9 +73,12 @@ def test_engine_pauses_and_resumes_with_a_tiny_step_log(monkeypatch: pytest.Monk
     whole = run(res)
     import kvcargo.engine.cluster as cluster
 
-    real = cluster.new_state
-    monkeypatch.setattr(cluster, "new_state", lambda *a: real(*a[:-1], 3))
+    real_new, real_grown, grew = cluster.new_state, cluster.grown, []
+    monkeypatch.setattr(cluster, "new_state", lambda *a, **k: real_new(*a, **{**k, "log_capacity": 3}))
+    monkeypatch.setattr(cluster, "grown", lambda st, code: grew.append((code, len(st.logf))) or real_grown(st, code))
     paused = run(res)
+    logs = [cap for code, cap in grew if code == LOG_FULL]
+    assert logs[:3] == [3, 6, 12]  # it really started from a 3-step log and doubled it
     for col in STAMPS:
         assert _same(getattr(paused, col), getattr(whole, col)).all()
     assert np.array_equal(paused.steps, whole.steps) and paused.horizon == whole.horizon

@@ -71,7 +71,7 @@ class EngineOutput:
     """Per request: bytes its hand-off puts on the wire."""
 
 
-def _ports(res: Resolved) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _ports(res: Resolved) -> tuple[np.ndarray, np.ndarray]:
     """Per port: bandwidth of a channel, latency, channels (port 0 is the cluster link; then a
     NIC or NVLink port per prefill instance, then per decode instance); the NVLink domain of
     every instance (its first GPU's, GPUs numbered prefill pool first)."""
@@ -86,7 +86,7 @@ def _ports(res: Resolved) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             rows += [(nv.bandwidth, nv.latency, 1)] * count
     first_gpu = np.concatenate([[0], np.cumsum(per)[:-1]]) if per else np.zeros(0)
     pf = np.array(rows, dtype=np.float64)
-    return pf, (first_gpu // c.domain_size).astype(np.int64), pf[:, 2].astype(np.int64)
+    return pf, (first_gpu // c.domain_size).astype(np.int64)
 
 
 def needs_extra_columns(c) -> bool:  # type: ignore[no-untyped-def]
@@ -132,7 +132,7 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     ri[:, S.PROMPT] = prompt
     ri[:, S.OUTPUT] = w.output
     ri[:, S.QUAD] = prompt * (prompt + 1)
-    pf, domain, _ = _ports(res)
+    pf, domain = _ports(res)
     ints = np.zeros(18, dtype=np.int64)
     ints[S.P_NPREFILL] = res.n_prefill
     ints[S.P_NDECODE] = res.n_decode
@@ -171,13 +171,14 @@ def run(res: Resolved) -> EngineOutput:
     params, xfer = build_params(res)
     n = len(params.rf)
     n_slots = res.n_decode if res.colocated else res.n_prefill
-    _, _, channels = _ports(res)
+    channels = params.pf[:, S.PF_CHANNELS].astype(np.int64)
     # A first guess at the number of decode steps (output tokens / 32); the engine pauses when
     # its log is full and resumes with a larger one.
     guess = max(1024, int(params.ri[:, S.OUTPUT].sum() // 32))
     st = new_state(n, n_slots, res.n_decode, res.n_prefill + res.n_decode, res.config.max_batch, channels,
-                   int(params.ints[S.P_GROUPS]), bool(params.ints[S.P_FAIR]), guess,
-                   int(params.blocks.max()) + 1 if params.ints[S.P_PREFIX] else 0, len(params.rx) == n)
+                   int(params.ints[S.P_GROUPS]), bool(params.ints[S.P_FAIR]), log_capacity=guess,
+                   n_blocks=int(params.blocks.max()) + 1 if params.ints[S.P_PREFIX] else 0,
+                   extra=len(params.rx) == n)
     pr = by_reference(params)
     while (code := run_events(by_reference(st), pr)) != S.FINISHED:
         st = grown(st, code)
