@@ -114,7 +114,9 @@ def render(r, space, show_all: bool = False) -> str:
                  f"analytic bounds, {k['simulated']} simulated ({r.simulations} simulations, {r.wall_s:.1f} s, "
                  f"{r.backend})" + (f", {k['failed']} failed" if k["failed"] else ""))
     lines.append("")
-    cost_head = {"gpus": "GPUs", "usd": "$", "power": "W"}[r.cost]
+    from kvcargo.planner.plan import COST_LABEL
+
+    cost_head = COST_LABEL[r.cost]
     shown = [x for x in r.candidates if x.capacity is not None] if show_all else r.front
     shown = sorted(shown, key=lambda x: (x.cost(r.cost), -(x.capacity or 0), x.label))
     rows = []

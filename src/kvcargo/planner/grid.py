@@ -179,11 +179,11 @@ def build(base: dict[str, Any] | None = None, vary: list[str] | tuple[str, ...] 
             raise KvcargoError(f"--{flag} is both fixed and varied; drop one")
         if not values:
             raise KvcargoError(f"empty grid: {flag} has no values")
-        seen = []
+        seen = set()
         for v in values:
             if v in seen:
                 raise KvcargoError(f"{flag} lists {v!r} twice")
-            seen.append(v)
+            seen.add(v)
     grid = Grid(fixed, tuple((k, tuple(v)) for k, v in axes.items()))
     if len(grid) > MAX_POINTS:
         raise KvcargoError(f"the grid has {len(grid):,} runs (more than {MAX_POINTS:,}); narrow it")

@@ -44,13 +44,13 @@ CostKind = Literal["gpus", "usd", "power"]
 COST_KINDS: tuple[str, ...] = ("gpus", "usd", "power")
 COST_LABEL = {"gpus": "GPUs", "usd": "$", "power": "W"}
 WAVE = 32
+"""Candidates simulated per wave (fixed, so results do not depend on the backend)."""
 OPTIMISM = 3.0
 """Before anything is simulated, a candidate may sustain up to this multiple of each ceiling."""
 SAFETY = 1.25
 """Margin on the largest capacity / ceiling ratio simulated so far, per resource (the pruning
 factors after a wave). Short runs at high rates absorb a decode backlog, so simulated capacity can
 exceed the decode ceiling by 2x; the prefill ceiling holds within ~1.25x."""
-"""Candidates simulated per wave (fixed, so results do not depend on the backend)."""
 MAX_CANDIDATES = 50_000
 MAX_TP = 8
 SEARCHED = ("mode", "prefill", "decode", "instances", "prefill_device", "decode_device",
@@ -245,7 +245,7 @@ def parse_list(text: str | None, kind: type = str, name: str = "") -> tuple[Any,
     return values
 
 
-def auto_tp(model, device, base: SimConfig) -> tuple[int, ...]:
+def auto_tp(model: catalog_mod.Model, device: catalog_mod.Device) -> tuple[int, ...]:
     """Devices per instance to try by default: the smallest power of two that fits and its double."""
     for n in (1, 2, 4, 8):
         if kv_capacity(model, Pool(device, n)) > 0:
@@ -308,7 +308,7 @@ def build_space(base: SimConfig, given: set[str], budget: Budget, *, devices: tu
             return (base.devices_per_instance,)
         if tp is not None:
             return tp
-        return auto_tp(model, cat.device(dev), base)
+        return auto_tp(model, cat.device(dev))
 
     ptp = {d: tps(d, "prefill_devices_per_instance") for d in set(pre_devs) | set(devs)}
     dtp = {d: tps(d, "decode_devices_per_instance") for d in set(dec_devs) | set(devs)}

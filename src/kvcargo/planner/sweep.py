@@ -15,18 +15,17 @@ interrupted sweep leaves a valid file; running the same sweep again skips the ro
 from __future__ import annotations
 
 import csv
-import math
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kvcargo.errors import KvcargoError
 from kvcargo.planner.backends import Backend, InlineBackend, TaskError
-from kvcargo.planner.grid import FIELDS, Grid, point_key
+from kvcargo.planner.grid import FIELDS, Grid, coerce, point_key
 
 HEAD = ("key", "status", "error")
 CHECKPOINT_S = 2.0
@@ -101,9 +100,7 @@ def _parse_cell(column: str, text: str) -> Any:
         return text
     if text == "":
         return None
-    if column in FIELDS and column != "catalog":
-        from kvcargo.planner.grid import coerce
-
+    if column in FIELDS:
         try:
             return coerce(column, text)
         except KvcargoError:
@@ -209,7 +206,6 @@ class SweepResult:
     wall_s: float = 0.0
     csv_path: Path | None = None
     parquet_path: Path | None = None
-    notes: list[str] = field(default_factory=list)
 
     @property
     def grid_rows(self) -> list[dict[str, Any]]:
@@ -237,8 +233,9 @@ def run_sweep(grid: Grid, backend: Backend | None = None, out: str | Path | None
         if r is not None and (r.get("status") == "ok" or not retry_failed):
             done[k] = r
     todo = [i for i, k in enumerate(keys) if k not in done]
-    skipped = len(set(keys) & set(done))
-    extra = [r for k, r in previous.items() if k not in set(keys)]
+    skipped = len(done)
+    wanted = set(keys)
+    extra = [r for k, r in previous.items() if k not in wanted]  # rows of an earlier, other grid
 
     def ordered() -> list[dict[str, Any]]:
         return [done[k] for k in dict.fromkeys(keys) if k in done] + extra
@@ -278,7 +275,3 @@ def run_sweep(grid: Grid, backend: Backend | None = None, out: str | Path | None
         wrote_parquet = parquet_path
     return SweepResult(rows, grid, ran=len(todo), skipped=skipped, failed=failed, kept=len(extra),
                        wall_s=time.perf_counter() - t0, csv_path=csv_path, parquet_path=wrote_parquet)
-
-
-def is_missing(v: Any) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
