@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from kvcargo.config import SimConfig, colocated_pool, resolve
+from kvcargo.config import Resolved, SimConfig, colocated_pool, resolve
 from kvcargo.cost import Pool, decode_step, elementwise_pass, kv_capacity, prefill_step, shape
 from kvcargo.errors import KvcargoError
 from kvcargo.handoff import endpoint_work, transfers
@@ -73,14 +73,11 @@ class Ceilings:
         return asdict(self)
 
 
-def mean_lengths(config: SimConfig) -> tuple[float, float]:
-    """Mean prompt and output lengths: the configuration's, or a trace's when one is replayed."""
-    if config.workload_file:
-        from kvcargo.config import load_workload
-
-        w = load_workload(config)
-        return float(np.mean(w.prompt)), float(np.mean(w.output))
-    return config.prompt, config.output
+def mean_lengths(res: Resolved) -> tuple[float, float]:
+    """Mean prompt and output lengths: the configuration's, or its trace's when one is replayed."""
+    if res.config.workload_file:
+        return float(np.mean(res.workload.prompt)), float(np.mean(res.workload.output))
+    return res.config.prompt, res.config.output
 
 
 def _prefill_ceiling(config: SimConfig, model, pool: Pool, p: float, compression) -> tuple[float, int, float]:
@@ -105,34 +102,30 @@ def ceilings(config: SimConfig) -> Ceilings:
     """The analytic ceilings of a configuration (Appendix B)."""
     res = resolve(config)
     model = res.model
-    p, o = mean_lengths(config)
+    p, o = mean_lengths(res)
     col_pool = colocated_pool(config, res.catalog)
     n_col = config.colocated_instances
     col_kv = kv_capacity(model, col_pool)
-    if res.colocated:
-        pf, n_pf, t_pf = _prefill_ceiling(config, model, col_pool, p, None)
-        dc, b, ctx, t_dc = _decode_ceiling(config, model, col_pool, res.kv_capacity, p, o)
-        col = n_col / (1 / pf + 1 / dc)
-        return Ceilings("colocated", p, o, pf * n_col, dc * n_col, math.inf, col, col, "colocated",
-                        pf, dc, n_col, n_col, n_pf, t_pf, b, ctx, t_dc, res.kv_capacity, 0.0, 0,
-                        n_col, pf, dc)
+    if col_kv > 0:
+        cpf, n_cpf, t_cpf = _prefill_ceiling(config, model, col_pool, p, None)
+        cdc, cb, cctx, t_cdc = _decode_ceiling(config, model, col_pool, col_kv, p, o)
+        col = n_col / (1 / cpf + 1 / cdc)
+    else:  # the model does not fit one colocated instance of --device
+        cpf = cdc = col = 0.0
+    if res.colocated:  # resolve() has checked that it fits: col_kv == res.kv_capacity > 0
+        return Ceilings("colocated", p, o, cpf * n_col, cdc * n_col, math.inf, col, col, "colocated",
+                        cpf, cdc, n_col, n_col, n_cpf, t_cpf, cb, cctx, t_cdc, col_kv, 0.0, 0,
+                        n_col, cpf, cdc)
     pf, n_pf, t_pf = _prefill_ceiling(config, model, res.prefill_pool, p, res.compression)
     dc, b, ctx, t_dc = _decode_ceiling(config, model, res.decode_pool, res.kv_capacity, p, o)
     xfer = transfers(res.link, res.compression, np.array([shape(model).handoff_bytes(p)], dtype=np.float64),
                      model.kv_bytes)
     t_x = float(xfer.duration[0])
     link = res.channels / t_x
-    topology = getattr(config, "topology", "shared")
-    if topology == "nic":  # a NIC (or several) per instance: pairs of instances transfer in parallel
-        link = link * min(res.n_prefill, res.n_decode) * getattr(config, "nics_per_instance", 1)
-    elif topology != "shared":  # NVLink domains: no single link to fill
+    if config.topology == "nic":  # a NIC (or several) per instance: pairs of instances transfer in parallel
+        link = link * min(res.n_prefill, res.n_decode) * config.nics_per_instance
+    elif config.topology != "shared":  # NVLink domains: no single link to fill
         link = math.inf
-    if col_kv > 0:
-        cpf = _prefill_ceiling(config, model, col_pool, p, None)[0]
-        cdc = _decode_ceiling(config, model, col_pool, col_kv, p, o)[0]
-        col = n_col / (1 / cpf + 1 / cdc)
-    else:  # the model does not fit one colocated instance of --device
-        cpf = cdc = col = 0.0
     totals = {"prefill": pf * res.n_prefill, "decode": dc * res.n_decode, "link": link}
     bound_by = min(totals, key=totals.__getitem__)
     return Ceilings("disagg", p, o, totals["prefill"], totals["decode"], link, col, totals[bound_by], bound_by,
@@ -202,7 +195,7 @@ def search(config: SimConfig, target: float = TARGET, rtol: float = RTOL, start:
            probe: Callable[[SimConfig], dict[str, Any]] = probe_summary) -> Search:
     """Highest sustainable rate of ``config`` (its ``rate`` is ignored; everything else is kept)."""
     check_target(target, rtol)
-    if getattr(config, "time_scale", None) is not None:
+    if config.time_scale is not None:
         raise KvcargoError("capacity searches the arrival rate: drop --time-scale")
     if start is None:
         start = ceilings(config).bound
