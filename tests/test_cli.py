@@ -97,3 +97,16 @@ def test_default_simulate_is_the_chapter_first_row() -> None:
     ttft = next(ln for ln in out.splitlines() if ln.startswith("TTFT"))
     tpot = next(ln for ln in out.splitlines() if ln.startswith("TPOT"))
     assert ttft.split()[4] == "353.6" and tpot.split()[4] == "8.8"
+
+
+def test_every_simulate_flag_has_help_text() -> None:
+    """Help lives in SimConfig's field docstrings: a field without one would be a bare flag."""
+    from click.testing import CliRunner
+
+    from kvcargo.cli.simulate import command
+    from kvcargo.config import SimConfig
+
+    assert [n for n, f in SimConfig.model_fields.items() if not f.description] == []
+    helps = {p.name: p.help for p in command.params}
+    assert helps["max_batch"] == "Maximum decode batch. [default: 256]"
+    assert "Maximum decode batch" in CliRunner().invoke(command, ["--help"]).output

@@ -127,8 +127,11 @@ class SimConfig(BaseModel):
         return self
 
     lm_head: LmHead = "all"
+    """LM head over every prompt token (reference) or the last one only."""
     token_budget: Count = 8192
+    """Prefill batch token budget."""
     max_batch: Count = 256
+    """Maximum decode batch."""
     # Beyond the reference (opt-in; the defaults are the reference's behaviour). See docs/modelling.md.
     kv_ratio: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
     """Wire ratio of the ``ratio`` codec (an entropy coder such as CacheGen's)."""

@@ -40,21 +40,16 @@ def sim_options(fn: Callable) -> Callable:
         ctype, is_flag = _click_type(field.annotation)
         default = field.default
         shown = f" [default: {default}]" if default not in (None, False) else ""
-        if is_flag:
-            fn = click.option(flag, name, is_flag=True, default=None, help=(field.description or "") + shown)(fn)
-        else:
-            fn = click.option(flag, name, type=ctype, default=None, help=(field.description or "") + shown)(fn)
+        kind = {"is_flag": True} if is_flag else {"type": ctype}
+        fn = click.option(flag, name, default=None, help=(field.description or "") + shown, **kind)(fn)
     return fn
+
+
+def given_params(params: dict[str, Any]) -> dict[str, Any]:
+    """The SimConfig options a command was given (an unset flag is None; no --catalog is ())."""
+    return {k: v for k, v in params.items() if k in SimConfig.model_fields and v not in (None, ())}
 
 
 def config_from(params: dict[str, Any]) -> SimConfig:
     """A validated SimConfig from the options that were given."""
-    given = {k: v for k, v in params.items() if k in SimConfig.model_fields and v not in (None, ())}
-    if "catalog" in given:
-        given["catalog"] = tuple(given["catalog"])
-    return SimConfig.build(**given)
-
-
-def pop_sim_params(params: dict[str, Any]) -> dict[str, Any]:
-    """Split a command's parameters into the SimConfig ones (removed from ``params``)."""
-    return {k: params.pop(k) for k in list(params) if k in SimConfig.model_fields}
+    return SimConfig.build(**given_params(params))

@@ -51,11 +51,10 @@ def command(gpus: int | None, usd: float | None, power_w: float | None, cost: st
     kvcargo plan --gpus 16
     kvcargo plan --model llama3-70b --usd 1500000 --devices h100,a100 --rate 12
     """
-    from kvcargo.cli.options import config_from
-    from kvcargo.config import SimConfig
+    from kvcargo.cli.options import config_from, given_params
     from kvcargo.planner import plan as plan_mod
 
-    given = {k for k, v in params.items() if k in SimConfig.model_fields and v not in (None, ())}
+    given = set(given_params(params))
     target_rate = params.get("rate")
     base = config_from({k: v for k, v in params.items() if k != "rate"})
     budget = plan_mod.Budget(gpus, usd, power_w)

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from kvcargo.cli.options import sim_options
+from kvcargo.cli.options import given_params, sim_options
 from kvcargo.cli.simulate import jsonable
 
 
@@ -44,18 +44,9 @@ def show_progress(flag: bool | None) -> bool:
 
 def given_values(params: dict[str, Any]) -> dict[str, Any]:
     """The simulate flags that were given, each validated on its own (combinations are per run)."""
-    from kvcargo.config import SimConfig
     from kvcargo.planner.grid import coerce
 
-    out = {}
-    for k in list(params):
-        if k not in SimConfig.model_fields:
-            continue
-        v = params.pop(k)
-        if v is None or v == ():
-            continue
-        out[k] = tuple(v) if k == "catalog" else coerce(k, v, "options")
-    return out
+    return {k: v if k == "catalog" else coerce(k, v, "options") for k, v in given_params(params).items()}
 
 
 @click.command("sweep")
