@@ -49,8 +49,8 @@ def render(data: dict[str, Any]) -> str:
     from kvcargo.report.text import seconds, table
 
     c, k = data["config"], data["ceilings"]
-    head = describe_config(c).replace(f"{c['rate'] or 8:g} req/s, ", "")  # the rate is what is searched
-    lines = [head, f"Mean prompt {k['prompt']:,.0f} tokens, mean output {k['output']:,.0f} tokens", ""]
+    lines = [describe_config(c, with_rate=False),  # the rate is what is searched
+             f"Mean prompt {k['prompt']:,.0f} tokens, mean output {k['output']:,.0f} tokens", ""]
     rows = []
     if k["mode"] == "disagg":
         p_inst = f"× {k['prefill_instances']}" if k["prefill_instances"] > 1 else ""

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvcargo.config import DEFAULT_RATE
 from kvcargo.metrics import STAGES
 from kvcargo.report.text import bytes_, ms, pct, seconds, table
 
 
-def describe_config(c: dict[str, Any]) -> str:
-    """One line naming what was simulated."""
+def describe_config(c: dict[str, Any], with_rate: bool = True) -> str:
+    """One line naming what was simulated (``with_rate=False``: all but the arrival rate)."""
     if c["mode"] == "colocated":
         n = c["instances"] or c["prefill"] + c["decode"]
         pools = f"colocated ×{n} ({c['devices_per_instance']}× {c['device']} each)"
@@ -20,7 +21,8 @@ def describe_config(c: dict[str, Any]) -> str:
         if c["kv_compress"]:
             pools += f", {c['kv_compress']} at {c['kv_compress_at']}"
     load = f"trace {c['workload_file']}" if c["workload_file"] else (
-        f"{c['rate'] or 8:g} req/s, {c['requests']} requests, prompt {c['prompt']:g}±cv{c['prompt_cv']:g}, "
+        (f"{DEFAULT_RATE if c['rate'] is None else c['rate']:g} req/s, " if with_rate else "")
+        + f"{c['requests']} requests, prompt {c['prompt']:g}±cv{c['prompt_cv']:g}, "
         f"output {c['output']:g}±cv{c['output_cv']:g}, seed {c['seed']}")
     return f"{c['model']}: {pools}; {load}"
 
