@@ -184,21 +184,21 @@ def test_sweep_file(tmp_path: Path) -> None:
     g = grid_mod.build({"seed": 3}, ["decode=1,2"], f)
     assert g.varied == ["rate", "kv_compress", "decode"] and len(g) == 8
     assert g.base == {"requests": 100, "link_channels": 2, "seed": 3}
-    bad = tmp_path / "bad.toml"
-    bad.write_text("[vary]\nrat = [1]\n")
-    with pytest.raises(KvcargoError, match="unknown parameter 'rat' in sweep file bad.toml"):
-        grid_mod.build(file=bad)
-    bad.write_text("[varies]\nrate = [1]\n")
-    with pytest.raises(KvcargoError, match="unknown table"):
-        grid_mod.build(file=bad)
-    bad.write_text("[vary]\nrate = []\n")
-    with pytest.raises(KvcargoError, match="empty grid"):
-        grid_mod.build(file=bad)
-    bad.write_text("[vary\n")
-    with pytest.raises(KvcargoError, match="bad.toml"):
-        grid_mod.build(file=bad)
     with pytest.raises(KvcargoError, match="not found"):
         grid_mod.build(file=tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize("text, match", [
+    ("[vary]\nrat = [1]\n", "unknown parameter 'rat' in sweep file bad.toml"),
+    ("[varies]\nrate = [1]\n", "unknown table"),
+    ("[vary]\nrate = []\n", "empty grid"),
+    ("[vary\n", "bad.toml"),  # not TOML: the error names the file
+])
+def test_bad_sweep_file_is_named(tmp_path: Path, text: str, match: str) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text)
+    with pytest.raises(KvcargoError, match=match):
+        grid_mod.build(file=bad)
 
 
 # ----------------------------------------------------------------------------- sweeps

@@ -18,11 +18,12 @@ the number of workers.
 
 from __future__ import annotations
 
+import itertools
 import math
 import shlex
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from kvcargo import catalog as catalog_mod
@@ -349,21 +350,19 @@ def enumerate_candidates(base: SimConfig, space: Space, budget: Budget | None) -
                 pp, dp = _price(cat, pdev), _price(cat, ddev)
                 pw = _cap_w(cat, pdev, base.power_cap, base.prefill_power_cap)
                 dw = _cap_w(cat, ddev, base.power_cap, base.decode_power_cap)
-                for ptp in space.tp[pdev]:
-                    for dtp in space.decode_tp[ddev]:
-                        for p in space.prefill_counts:
-                            for d in space.decode_counts:
-                                gpus = p * ptp + d * dtp
-                                usd = p * ptp * pp + d * dtp * dp if pp is not None and dp is not None else None
-                                power = p * ptp * pw + d * dtp * dw
-                                if not within(gpus, usd, power):
-                                    continue
-                                for lk in space.links:
-                                    add({"mode": "disagg", "device": pdev, "devices_per_instance": ptp,
-                                         "prefill": p, "decode": d,
-                                         "decode_device": ddev if ddev != pdev else None,
-                                         "decode_devices_per_instance": dtp if dtp != ptp else None,
-                                         "link": lk}, gpus, usd, power)
+                for ptp, dtp, p, d in itertools.product(space.tp[pdev], space.decode_tp[ddev],
+                                                        space.prefill_counts, space.decode_counts):
+                    gpus = p * ptp + d * dtp
+                    usd = p * ptp * pp + d * dtp * dp if pp is not None and dp is not None else None
+                    power = p * ptp * pw + d * dtp * dw
+                    if not within(gpus, usd, power):
+                        continue
+                    for lk in space.links:
+                        add({"mode": "disagg", "device": pdev, "devices_per_instance": ptp,
+                             "prefill": p, "decode": d,
+                             "decode_device": ddev if ddev != pdev else None,
+                             "decode_devices_per_instance": dtp if dtp != ptp else None,
+                             "link": lk}, gpus, usd, power)
     if space.colocated:
         for dev in dict.fromkeys((*space.prefill_devices, *space.decode_devices)):
             price = _price(cat, dev)
@@ -392,9 +391,8 @@ def require_prices(base: SimConfig, space: Space) -> None:
 
 def impossible(base: SimConfig, space: Space, budget: Budget) -> KvcargoError:
     """The error for a budget that no candidate fits, naming what the smallest one needs."""
-    smallest = Space(space.prefill_devices, space.decode_devices, space.tp, space.decode_tp, space.links[:1],
-                     space.prefill_counts[:1], space.decode_counts[:1], space.disagg, space.colocated,
-                     space.colocated_counts[:1])
+    smallest = replace(space, links=space.links[:1], prefill_counts=space.prefill_counts[:1],
+                       decode_counts=space.decode_counts[:1], colocated_counts=space.colocated_counts[:1])
     cands = enumerate_candidates(base, smallest, None)
     if not cands:
         return KvcargoError(f"impossible budget ({budget.describe()}): the search space is empty "
