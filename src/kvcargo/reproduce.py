@@ -12,8 +12,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kvcargo.data import load
-from kvcargo.errors import KvcargoError
+from kvcargo import data
 
 UNITS = {" ms": 1e-3, " s": 1.0, "%": 0.01, " MB": 1e6, " GB": 1e9, " W": 1.0}
 
@@ -37,7 +36,7 @@ class Check:
 
 def groups() -> dict[str, str]:
     """Group name → title."""
-    return dict(load("published.toml")["groups"])
+    return data.groups("published.toml")
 
 
 def compare(published: str, value: Any, exact: Any = None) -> tuple[bool, str]:
@@ -72,12 +71,8 @@ def run(only: Iterable[str] | None = None) -> list[Check]:
     from kvcargo.handoff import calculate_keys
     from kvcargo.simulation import simulate
 
-    known = groups()
-    wanted = list(only) if only else list(known)
-    for g in wanted:
-        if g not in known:
-            raise KvcargoError(f"unknown group {g!r}; valid choices: {', '.join(known)}")
-    checks = [c for c in load("published.toml")["check"] if c["group"] in wanted]
+    wanted = data.chosen_groups("published.toml", only)
+    checks = [c for c in data.load("published.toml")["check"] if c["group"] in wanted]
     summaries: dict[str, dict[str, Any]] = {}
     cat = catalog.builtin()
     out = []

@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from kvcargo.data import load
+from kvcargo import data
 from kvcargo.errors import KvcargoError
 
 UNITS = {"KiB": 1024.0, "MiB": 1024.0**2, "B": 1.0, "GB/s": 1e9, "ms": 1e-3, "s": 1.0, "billion": 1e9,
@@ -59,12 +59,12 @@ class Result:
 
 def groups() -> dict[str, str]:
     """Group name → title."""
-    return dict(load("validate.toml")["groups"])
+    return data.groups("validate.toml")
 
 
 def checks() -> list[dict[str, Any]]:
     """The checks as data."""
-    return [dict(c) for c in load("validate.toml")["check"]]
+    return [dict(c) for c in data.load("validate.toml")["check"]]
 
 
 def parse(published: str) -> tuple[float, str, int]:
@@ -159,11 +159,7 @@ def compute(check: dict[str, Any], trace_dir: Path | None) -> tuple[float | None
 
 def run(only: Iterable[str] | None = None, trace_dir: str | Path | None = None) -> list[Result]:
     """Every check of the given groups (all by default)."""
-    known = groups()
-    wanted = list(only) if only else list(known)
-    for g in wanted:
-        if g not in known:
-            raise KvcargoError(f"unknown group {g!r}; valid choices: {', '.join(known)}")
+    wanted = data.chosen_groups("validate.toml", only)
     if trace_dir is not None and not Path(trace_dir).is_dir():
         raise KvcargoError(f"--trace-dir {trace_dir}: not a directory")
     tdir = find_trace_dir(trace_dir)
