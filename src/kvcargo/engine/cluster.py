@@ -133,30 +133,27 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     ri[:, S.OUTPUT] = w.output
     ri[:, S.QUAD] = prompt * (prompt + 1)
     pf, domain = _ports(res)
-    ints = np.zeros(18, dtype=np.int64)
+    ints = np.zeros(15, dtype=np.int64)
     ints[S.P_NPREFILL] = res.n_prefill
-    ints[S.P_NDECODE] = res.n_decode
     ints[S.P_COLOCATED] = int(res.colocated)
     ints[S.P_BUDGET] = c.token_budget
     ints[S.P_MAXBATCH] = c.max_batch
     ints[S.P_KVCAP] = res.kv_capacity
     ints[S.P_ENDPOINT] = int(endpoint)
-    ints[S.P_CHANNELS] = res.channels
     ints[S.P_GROUPS] = groups
     ints[S.P_TOPOLOGY] = {"shared": S.SHARED, "nic": S.NIC, "nvlink-domain": S.DOMAIN}[c.topology]
     ints[S.P_FAIR] = int(c.link_sharing == "fair")
     ints[S.P_RESERVE] = int(c.kv_reserve == "at-transfer")
-    ints[S.P_EARLY] = int(c.topology != "shared" or c.kv_reserve == "at-transfer")
+    ints[S.P_EARLY] = int(c.topology != "shared" or c.kv_reserve == "at-transfer" or c.decode_prefix_cache)
     ints[S.P_DECCOST] = int(dec_cost)
     ints[S.P_PREFILL_KVCAP] = kv_capacity(res.model, res.prefill_pool) if not res.colocated else res.kv_capacity
-    ints[S.P_NICS] = c.nics_per_instance
     blocks, offsets = _dense_blocks(w) if c.decode_prefix_cache else (np.zeros(1, np.int64), np.zeros(n + 1, np.int64))
     ints[S.P_PREFIX] = int(c.decode_prefix_cache)
     ints[S.P_BLOCK_TOKENS] = BLOCK_TOKENS
-    ints[S.P_EARLY] |= ints[S.P_PREFIX]
     mi, mf = model_coefficients(res.model, c.lm_head)
     hf = np.stack([res.prefill_pool.coefficients(), res.decode_pool.coefficients()])
-    return Params(rf=rf, rx=rx, ri=ri, mi=mi, mf=mf, hf=hf, ints=ints, pf=pf, domain=domain, blocks=blocks,
+    return Params(rf=rf, rx=rx, ri=ri, mi=mi, mf=mf, hf=hf, ints=ints, pf=pf,
+                  port_cap=pf[:, S.PF_BW] * pf[:, S.PF_CHANNELS], domain=domain, blocks=blocks,
                   block_offsets=offsets), xfer
 
 

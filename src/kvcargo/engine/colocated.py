@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from kvcargo._jit import kernel
 from kvcargo.engine.decode import decode_step_begin, decode_step_end, join_batch
-from kvcargo.engine.events import charge_step, finish_request
+from kvcargo.engine.events import charge_step, fifo_cut, finish_request
 from kvcargo.engine.kernels import prefill_work, roofline
 from kvcargo.engine.state import (
     BUSY,
@@ -67,9 +67,7 @@ def colocated_begin(st, pr, c):
             st.d[c, D_STATE] = IDLE
             return -1.0
         return decode_step_begin(st, pr, c)
-    st.d[c, D_HEAD] = r
-    if r < 0:
-        st.d[c, D_TAIL] = -1
+    fifo_cut(st.d, c, D_HEAD, D_TAIL, r)
     st.d[c, D_QUEUED] -= n
     st.p[c, P_BATCH_N] = n
     flops, nbytes = prefill_work(pr.mi, pr.mf, tokens, quad, n)

@@ -11,7 +11,7 @@ step costs O(1) plus O(log n) per finishing request — never a loop over the ba
 from __future__ import annotations
 
 from kvcargo._jit import kernel
-from kvcargo.engine.events import charge_step, fifo_push, finish_request, log_step, schedule
+from kvcargo.engine.events import charge_step, fifo_cut, fifo_push, finish_request, log_step, wake
 from kvcargo.engine.finheap import heap_pop, heap_push
 from kvcargo.engine.kernels import decode_work, elementwise_pass, roofline
 from kvcargo.engine.state import (
@@ -44,7 +44,6 @@ from kvcargo.engine.state import (
     S_PEND_BYTES,
     S_PEND_OPS,
     S_STEP_START,
-    WAKING,
 )
 
 
@@ -54,9 +53,13 @@ def decode_submit(st, d, r):
     fifo_push(st, st.d, d, D_HEAD, D_TAIL, r)
     st.d[d, D_QUEUED] += 1
     st.r[r, DECODE_INST] = d
-    if st.d[d, D_STATE] == IDLE:
-        st.d[d, D_STATE] = WAKING
-        schedule(st, st.f[F_NOW], DECODE_WAKE, d)
+    wake(st, st.d, d, D_STATE, DECODE_WAKE)
+
+
+@kernel(inline=True)
+def _stats_row(pr, d):
+    """Instance ``d``'s row of ``State.stats`` (prefill instances come first)."""
+    return pr.ints[P_NPREFILL] + d
 
 
 @kernel(inline=True)
@@ -64,7 +67,7 @@ def join_batch(st, pr, d, r):
     """A request starts decoding on instance ``d`` with its first token already out (its
     decompression, if the codec has a cost, joins the instance's next step)."""
     if pr.ints[P_DECCOST]:
-        row = pr.ints[P_NPREFILL] + d
+        row = _stats_row(pr, d)
         st.stats[row, S_PEND_OPS] += pr.rx[r, DEC_OPS]
         st.stats[row, S_PEND_BYTES] += pr.rx[r, DEC_BYTES]
     st.d[d, D_RUNNING] += 1
@@ -91,9 +94,7 @@ def decode_admit(st, pr, d):
         st.d[d, D_QUEUED] -= 1
         join_batch(st, pr, d, r)
         r = st.r[r, QNEXT]
-    st.d[d, D_HEAD] = r
-    if r < 0:
-        st.d[d, D_TAIL] = -1
+    fifo_cut(st.d, d, D_HEAD, D_TAIL, r)
 
 
 @kernel(inline=True)
@@ -103,7 +104,7 @@ def decode_step_begin(st, pr, d):
     batch = st.d[d, D_RUNNING]
     flops, nbytes = decode_work(pr.mi, pr.mf, batch, st.d[d, D_CONTEXT])
     dt, e_c, e_m = roofline(pr.hf[1], flops, nbytes)
-    row = pr.ints[P_NPREFILL] + d
+    row = _stats_row(pr, d)
     if pr.ints[P_DECCOST] and st.stats[row, S_PEND_OPS] + st.stats[row, S_PEND_BYTES] > 0.0:
         x_t, x_c, x_m = elementwise_pass(pr.hf[1], st.stats[row, S_PEND_OPS], st.stats[row, S_PEND_BYTES])
         dt, e_c, e_m = dt + x_t, e_c + x_c, e_m + x_m
@@ -122,7 +123,7 @@ def decode_step_end(st, pr, d):
     """Every running sequence got a token; finish those that reached their output length."""
     k = st.d[d, D_STEPS]
     batch = st.d[d, D_RUNNING]
-    log_step(st, d, st.stats[pr.ints[P_NPREFILL] + d, S_STEP_START], st.f[F_NOW], batch)
+    log_step(st, d, st.stats[_stats_row(pr, d), S_STEP_START], st.f[F_NOW], batch)
     st.d[d, D_STEPS] = k + 1
     st.d[d, D_CONTEXT] += batch
     while st.d[d, D_FIN_N] > 0 and st.fin[d, 0, 0] == k:

@@ -24,6 +24,7 @@ from kvcargo.engine.state import (
     I_REJ,
     I_SEQ,
     I_STOP,
+    IDLE,
     QNEXT,
     REJECTED,
     S_BUSY,
@@ -33,6 +34,7 @@ from kvcargo.engine.state import (
     S_FLOPS,
     S_STEPS,
     STATUS,
+    WAKING,
 )
 
 
@@ -89,6 +91,15 @@ def pop_event(st):
 
 
 @kernel(inline=True)
+def wake(st, table, row, col, kind):
+    """Wake instance ``row`` (state ``table[row, col]``) if it sleeps: a zero-delay ``kind``
+    event."""
+    if table[row, col] == IDLE:
+        table[row, col] = WAKING
+        schedule(st, st.f[F_NOW], kind, row)
+
+
+@kernel(inline=True)
 def next_event_time(st):
     """Time of the earliest pending event (infinity when none)."""
     if st.i[I_NEV] == 0:
@@ -103,13 +114,19 @@ def log_full(st):
 
 
 @kernel(inline=True)
+def _settled(st):
+    """The run ends when every request is settled (finished or rejected)."""
+    if st.i[I_DONE] + st.i[I_REJ] == st.r.shape[0]:
+        st.i[I_STOP] = 1
+
+
+@kernel(inline=True)
 def finish_request(st, r):
     """A request has produced its last token; the run ends when every request is settled."""
     st.t[r, FINISH] = st.f[F_NOW]
     st.r[r, STATUS] = DONE
     st.i[I_DONE] += 1
-    if st.i[I_DONE] + st.i[I_REJ] == st.r.shape[0]:
-        st.i[I_STOP] = 1
+    _settled(st)
 
 
 @kernel(inline=True)
@@ -117,8 +134,7 @@ def reject_request(st, r):
     """A request whose KV can never fit a decode instance is turned away on arrival."""
     st.r[r, STATUS] = REJECTED
     st.i[I_REJ] += 1
-    if st.i[I_DONE] + st.i[I_REJ] == st.r.shape[0]:
-        st.i[I_STOP] = 1
+    _settled(st)
 
 
 @kernel(inline=True)
@@ -154,3 +170,12 @@ def fifo_push(st, table, row, head, tail, r):
     else:
         st.r[last, QNEXT] = r
     table[row, tail] = r
+
+
+@kernel(inline=True)
+def fifo_cut(table, row, head, tail, r):
+    """Make request ``r`` (or -1: none) the head of that FIFO, the requests before it having
+    left."""
+    table[row, head] = r
+    if r < 0:
+        table[row, tail] = -1

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from kvcargo._jit import kernel
 from kvcargo.engine.decode import decode_submit
 from kvcargo.engine.events import schedule
@@ -47,7 +45,6 @@ from kvcargo.engine.state import (
     P_RESERVE,
     P_TOPOLOGY,
     PF_BW,
-    PF_CHANNELS,
     PF_LATENCY,
     PORT_A,
     PORT_B,
@@ -113,41 +110,52 @@ def port_trigger(st, pr, port):
 
 
 @kernel(inline=True)
+def _send_frac(st, pr, r):
+    """Share of request ``r``'s hand-off that crosses: with a decode prefix cache only the blocks
+    the receiver lacks, at the same pace; else all of it."""
+    return st.tx[r, SEND_FRAC] if pr.ints[P_PREFIX] else 1.0
+
+
+@kernel(inline=True)
+def _landing_latency(st, pr, r, nv):
+    """The latency the last unit of request ``r``'s hand-off pays on top of its bytes."""
+    return pr.pf[st.r[r, PORT_A], PF_LATENCY] if nv else pr.rx[r, SLICE_EXTRA]
+
+
+@kernel(inline=True)
 def unit_duration(st, pr, unit):
     """Seconds unit ``unit`` holds its channels."""
     g = pr.ints[P_GROUPS]
     r = unit // g
     nv = _over_nvlink(st, pr, r)
-    if pr.ints[P_PREFIX]:  # only the blocks the receiver lacks cross, at the same pace
-        body = (pr.rx[r, SLICE_TIME_NV] if nv else pr.rx[r, SLICE_TIME]) * st.tx[r, SEND_FRAC]
-        if unit % g < g - 1:
-            return body
-        return body + (pr.pf[st.r[r, PORT_A], PF_LATENCY] if nv else pr.rx[r, SLICE_EXTRA])
-    if g == 1:
+    if g == 1 and not pr.ints[P_PREFIX]:  # a whole hand-off
         return pr.rx[r, XFER_TIME_NV] if nv else pr.rf[r, XFER_TIME]
+    body = (pr.rx[r, SLICE_TIME_NV] if nv else pr.rx[r, SLICE_TIME]) * _send_frac(st, pr, r)
     if unit % g < g - 1:
-        return pr.rx[r, SLICE_TIME_NV] if nv else pr.rx[r, SLICE_TIME]
-    if nv:
-        return pr.rx[r, SLICE_TIME_NV] + pr.pf[st.r[r, PORT_A], PF_LATENCY]
-    return pr.rx[r, SLICE_TIME] + pr.rx[r, SLICE_EXTRA]
+        return body
+    return body + _landing_latency(st, pr, r, nv)
+
+
+@kernel(inline=True)
+def _stamp_kv_start(st, r):
+    """The hand-off's first unit to move stamps KV start and counts a transfer."""
+    if math.isnan(st.t[r, KV_START]):
+        st.t[r, KV_START] = st.f[F_NOW]
+        st.i[I_XFERS] += 1
 
 
 @kernel
 def unit_granted(st, pr, unit):
-    """A unit has its channels: it moves now (the hand-off's first unit stamps KV start)."""
-    now = st.f[F_NOW]
-    r = unit // pr.ints[P_GROUPS]
-    if math.isnan(st.t[r, KV_START]):
-        st.t[r, KV_START] = now
-        st.i[I_XFERS] += 1
-    schedule(st, now + unit_duration(st, pr, unit), XFER_DONE, unit)
+    """A unit has its channels: it moves now."""
+    _stamp_kv_start(st, unit // pr.ints[P_GROUPS])
+    schedule(st, st.f[F_NOW] + unit_duration(st, pr, unit), XFER_DONE, unit)
 
 
 @kernel(inline=True)
 def _account(st, pr, r, busy):
     """Link time and energy of one unit (its share of the hand-off's)."""
     g = pr.ints[P_GROUPS]
-    share = (st.tx[r, SEND_FRAC] if pr.ints[P_PREFIX] else 1.0) / g  # 1.0 for a whole hand-off
+    share = _send_frac(st, pr, r) / g  # 1.0 for a whole hand-off
     st.port_busy[st.r[r, PORT_A]] += busy
     if _over_nvlink(st, pr, r):
         st.f[F_LINK_J] += pr.rx[r, XFER_J_NV] * share
@@ -224,9 +232,10 @@ def fair_rates(st, pr):
     until a port is full or a unit reaches its cap; freeze those; repeat."""
     n = st.i[I_NACTIVE]
     g = pr.ints[P_GROUPS]
-    left = pr.pf[:, PF_BW] * pr.pf[:, PF_CHANNELS]
-    count = np.zeros(left.shape[0], dtype=np.int64)
-    frozen = np.zeros(n, dtype=np.bool_)
+    left, count, frozen = st.port_left, st.port_count, st.frozen
+    left[:] = pr.port_cap
+    count[:] = 0
+    frozen[:n] = False
     for i in range(n):
         u = st.active[i]
         st.uf[u, UF_RATE] = 0.0
@@ -283,14 +292,10 @@ def fair_start(st, pr, unit):
     """A unit starts moving now; everyone's share changes."""
     fair_advance(st)
     r = unit // pr.ints[P_GROUPS]
-    st.uf[unit, UF_LEFT] = pr.rx[r, EFF_BYTES] / pr.ints[P_GROUPS]
-    if pr.ints[P_PREFIX]:
-        st.uf[unit, UF_LEFT] *= st.tx[r, SEND_FRAC]
+    st.uf[unit, UF_LEFT] = pr.rx[r, EFF_BYTES] / pr.ints[P_GROUPS] * _send_frac(st, pr, r)
     st.active[st.i[I_NACTIVE]] = unit
     st.i[I_NACTIVE] += 1
-    if math.isnan(st.t[r, KV_START]):
-        st.t[r, KV_START] = st.f[F_NOW]
-        st.i[I_XFERS] += 1
+    _stamp_kv_start(st, r)
     fair_rates(st, pr)
     fair_schedule(st)
 
@@ -311,13 +316,11 @@ def fair_done(st, pr, generation):
         st.i[I_NACTIVE] -= 1
         st.active[i] = st.active[st.i[I_NACTIVE]]
         r = u // g
-        nv = _over_nvlink(st, pr, r)
-        size = pr.rx[r, EFF_BYTES] * (st.tx[r, SEND_FRAC] if pr.ints[P_PREFIX] else 1.0) / g
+        size = pr.rx[r, EFF_BYTES] * _send_frac(st, pr, r) / g
         _account(st, pr, r, size / _flow_cap(st, pr, r))
         if u % g < g - 1:
             unit_landed(st, pr, u)
         else:
-            latency = pr.pf[st.r[r, PORT_A], PF_LATENCY] if nv else pr.rx[r, SLICE_EXTRA]
-            schedule(st, st.f[F_NOW] + latency, LANDED, u)
+            schedule(st, st.f[F_NOW] + _landing_latency(st, pr, r, _over_nvlink(st, pr, r)), LANDED, u)
     fair_rates(st, pr)
     fair_schedule(st)

@@ -45,11 +45,18 @@ from kvcargo.engine.state import (
 )
 
 
+@kernel(inline=True)
+def _schedule_arrival(st, pr, r):
+    """The arrival process waits for request ``r``: ``max(0, arrival - now)``, as the reference."""
+    now = st.f[F_NOW]
+    schedule(st, now + max(0.0, pr.rf[r, ARRIVAL_T] - now), ARRIVAL, r)
+
+
 @kernel
 def arrive(st, pr, r):
     """Request ``r`` arrives: reject it if its KV can never fit (a decode instance; with
     reservation also a prefill instance's buffer), else queue it; then the arrival process
-    waits for the next request (``max(0, arrival - now)``, as the reference)."""
+    waits for the next request."""
     if pr.ri[r, PROMPT] + pr.ri[r, OUTPUT] > pr.ints[P_KVCAP] or (
             pr.ints[P_RESERVE] and pr.ri[r, PROMPT] > pr.ints[P_PREFILL_KVCAP]):
         reject_request(st, r)
@@ -58,8 +65,7 @@ def arrive(st, pr, r):
     else:
         prefill_submit(st, pr, route_prefill(st), r)
     if r + 1 < pr.rf.shape[0]:
-        now = st.f[F_NOW]
-        schedule(st, now + max(0.0, pr.rf[r + 1, ARRIVAL_T] - now), ARRIVAL, r + 1)
+        _schedule_arrival(st, pr, r + 1)
 
 
 @kernel(inline=True)
@@ -101,8 +107,8 @@ def run_events(st, pr):
     """Simulate until every request has finished or been rejected (returns FINISHED), or until
     the step log or the event heap is full (LOG_FULL, EVENTS_FULL: grow it and call again to
     resume exactly where it paused)."""
-    if st.i[I_SEQ] == 0:
-        schedule(st, 0.0 + max(0.0, pr.rf[0, ARRIVAL_T] - 0.0), ARRIVAL, 0)
+    if st.i[I_SEQ] == 0:  # a fresh run (the clock is at 0)
+        _schedule_arrival(st, pr, 0)
     while st.i[I_NEV] > 0 and st.i[I_STOP] == 0:
         if log_full(st):
             return LOG_FULL

@@ -11,7 +11,7 @@ taking prompts when that buffer is full.
 from __future__ import annotations
 
 from kvcargo._jit import kernel
-from kvcargo.engine.events import charge_step, fifo_push, finish_request, schedule
+from kvcargo.engine.events import charge_step, fifo_cut, fifo_push, finish_request, schedule, wake
 from kvcargo.engine.kernels import elementwise_pass, prefill_work, roofline
 from kvcargo.engine.reserve import handoff_ready
 from kvcargo.engine.routing import prefill_kv_change
@@ -47,7 +47,6 @@ from kvcargo.engine.state import (
     S_STEP_END,
     S_STEP_START,
     SLICE_READY,
-    WAKING,
 )
 
 
@@ -67,9 +66,7 @@ def prefill_submit(st, pr, p, r):
     fifo_push(st, st.p, p, P_HEAD, P_TAIL, r)
     st.p[p, P_TOKENS] += pr.ri[r, PROMPT]
     st.r[r, PREFILL_INST] = p
-    if st.p[p, P_STATE] == IDLE:
-        st.p[p, P_STATE] = WAKING
-        schedule(st, st.f[F_NOW], PREFILL_WAKE, p)
+    wake(st, st.p, p, P_STATE, PREFILL_WAKE)
 
 
 @kernel
@@ -101,9 +98,7 @@ def prefill_begin(st, pr, p):
         last = r
         r = st.r[r, QNEXT]
     st.r[last, BNEXT] = -1
-    st.p[p, P_HEAD] = r
-    if r < 0:
-        st.p[p, P_TAIL] = -1
+    fifo_cut(st.p, p, P_HEAD, P_TAIL, r)
     st.p[p, P_TOKENS] -= tokens
     st.p[p, P_BATCH_N] = n
     if pr.ints[P_RESERVE]:

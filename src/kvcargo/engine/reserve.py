@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 
 from kvcargo._jit import kernel
-from kvcargo.engine.events import fifo_push
+from kvcargo.engine.events import fifo_cut, fifo_push
 from kvcargo.engine.link import release_units
-from kvcargo.engine.routing import choose_decode, set_ports
+from kvcargo.engine.routing import choose_decode
 from kvcargo.engine.state import (
     D_KV_USED,
     D_RQ_HEAD,
@@ -25,7 +25,6 @@ from kvcargo.engine.state import (
     P_EARLY,
     P_KVCAP,
     P_RESERVE,
-    PORT_A,
     PROMPT,
     QNEXT,
     RESERVED,
@@ -38,8 +37,6 @@ def handoff_ready(st, pr, r, k):
     """``k`` more parts of request ``r``'s hand-off are ready to move."""
     if pr.ints[P_EARLY] and st.r[r, DEST] < 0:
         choose_decode(st, pr, r)
-    elif st.r[r, PORT_A] < 0:
-        set_ports(st, pr, r, -1)
     if pr.ints[P_RESERVE] and math.isnan(st.tx[r, RESERVED]):
         st.r[r, HELD] += k
         if math.isnan(st.tx[r, WANT_MEMORY]):
@@ -64,9 +61,7 @@ def try_reserve(st, pr, d):
         st.d[d, D_KV_USED] += need
         st.tx[r, RESERVED] = st.f[F_NOW]
         nxt = st.r[r, QNEXT]
-        st.d[d, D_RQ_HEAD] = nxt
-        if nxt < 0:
-            st.d[d, D_RQ_TAIL] = -1
+        fifo_cut(st.d, d, D_RQ_HEAD, D_RQ_TAIL, nxt)
         held = st.r[r, HELD]
         st.r[r, HELD] = 0
         release_units(st, pr, r, held)

@@ -9,7 +9,7 @@ their way.
 from __future__ import annotations
 
 from kvcargo._jit import kernel
-from kvcargo.engine.events import schedule
+from kvcargo.engine.events import wake
 from kvcargo.engine.prefix import missing_fraction
 from kvcargo.engine.state import (
     D_INCOMING,
@@ -18,7 +18,6 @@ from kvcargo.engine.state import (
     DEST,
     DOMAIN,
     F_NOW,
-    IDLE,
     NIC,
     P_HEAD,
     P_KV_HELD,
@@ -34,7 +33,6 @@ from kvcargo.engine.state import (
     S_KV_INT,
     S_KV_LAST,
     S_KV_PEAK,
-    WAKING,
 )
 
 
@@ -108,6 +106,5 @@ def prefill_kv_change(st, p, delta):
     held += delta
     st.p[p, P_KV_HELD] = held
     st.stats[p, S_KV_PEAK] = max(st.stats[p, S_KV_PEAK], held)
-    if delta < 0 and st.p[p, P_STATE] == IDLE and st.p[p, P_HEAD] >= 0:
-        st.p[p, P_STATE] = WAKING
-        schedule(st, now, PREFILL_WAKE, p)
+    if delta < 0 and st.p[p, P_HEAD] >= 0:
+        wake(st, st.p, p, P_STATE, PREFILL_WAKE)

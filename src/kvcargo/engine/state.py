@@ -34,8 +34,9 @@ PREFILL_START, FIRST_TOKEN, KV_START, KV_READY, DECODE_START, FINISH = range(6)
 WANT_MEMORY, RESERVED, SEND_FRAC = range(3)
 # ``State.r``: per-request integers (DEST: decode instance chosen before the transfer, or -1;
 # UNITS_DONE: units landed; HELD: slices ready while waiting for decode memory).
-# SENT: parts released into the network; PORT_A/PORT_B: the ports its units cross; BNEXT: the
-# next request of the same prefill batch.
+# SENT: parts released into the network; PORT_A/PORT_B: the ports its units cross (by default
+# the cluster link alone: 0 and -1; set when the receiver is chosen before the transfer); BNEXT:
+# the next request of the same prefill batch.
 (STATUS, PREFILL_INST, DECODE_INST, FIRST_STEP, QNEXT, DEST, UNITS_DONE, HELD, SENT, PORT_A, PORT_B,
  BNEXT) = range(12)
 # ``State.p``: per prefill instance (colocated: the batch in flight of each instance).
@@ -71,8 +72,8 @@ ARRIVAL_T, XFER_TIME, XFER_J, TRANSIT_J, EP_OPS, EP_BYTES = range(6)
 # ``Params.ri``: per-request integers (QUAD = prompt·(prompt + 1), the causal-attention term).
 PROMPT, OUTPUT, QUAD = range(3)
 # ``Params.ints``: limits and switches.
-(P_NPREFILL, P_NDECODE, P_COLOCATED, P_BUDGET, P_MAXBATCH, P_KVCAP, P_ENDPOINT, P_CHANNELS, P_GROUPS,
- P_TOPOLOGY, P_FAIR, P_RESERVE, P_EARLY, P_DECCOST, P_PREFILL_KVCAP, P_NICS, P_PREFIX, P_BLOCK_TOKENS) = range(18)
+(P_NPREFILL, P_COLOCATED, P_BUDGET, P_MAXBATCH, P_KVCAP, P_ENDPOINT, P_GROUPS, P_TOPOLOGY, P_FAIR, P_RESERVE,
+ P_EARLY, P_DECCOST, P_PREFILL_KVCAP, P_PREFIX, P_BLOCK_TOKENS) = range(15)
 # ``Params.pf``: per port, bandwidth of one channel (bytes/s), latency (s), channels.
 PF_BW, PF_LATENCY, PF_CHANNELS = range(3)
 
@@ -90,6 +91,8 @@ class Params(NamedTuple):
     """Pool coefficients: row 0 prefill (or colocated), row 1 decode."""
     ints: np.ndarray
     pf: np.ndarray
+    port_cap: np.ndarray
+    """Per port: bandwidth of all its channels together (fair sharing)."""
     domain: np.ndarray
     """NVLink domain of each instance (prefill first), for ``--topology nvlink-domain``."""
     blocks: np.ndarray
@@ -117,6 +120,11 @@ class State(NamedTuple):
     uf: np.ndarray
     active: np.ndarray
     """Fair sharing: the units moving right now (the first I_NACTIVE entries)."""
+    port_left: np.ndarray
+    port_count: np.ndarray
+    frozen: np.ndarray
+    """Fair sharing, scratch of fair_rates: per port bandwidth left and unfrozen units; per
+    active unit whether its rate is final."""
     ports: np.ndarray
     port_busy: np.ndarray
     """Seconds of transfer per port (each unit counted at the first port it crosses)."""
@@ -142,7 +150,7 @@ def new_state(n: int, n_prefill: int, n_decode: int, n_stats: int, max_batch: in
     """
     r = np.zeros((n, 12), dtype=np.int64)
     r[:, PREFILL_INST:DEST + 1] = -1
-    r[:, [PORT_A, PORT_B, BNEXT]] = -1
+    r[:, [PORT_B, BNEXT]] = -1
     p = np.zeros((n_prefill, 8), dtype=np.int64)
     p[:, [P_HEAD, P_TAIL, P_BATCH]] = -1
     d = np.zeros((n_decode, 16), dtype=np.int64)
@@ -158,7 +166,8 @@ def new_state(n: int, n_prefill: int, n_decode: int, n_stats: int, max_batch: in
         stats=np.zeros((n_stats, 13)), i=np.zeros(9, dtype=np.int64), f=np.zeros(4),
         evt=np.zeros(events), evi=np.zeros((events, 3), dtype=np.int64),
         unext=np.full(units, -1, dtype=np.int64), uf=np.zeros((units if fair else 1, 2)),
-        active=np.zeros(units if fair else 1, dtype=np.int64),
+        active=np.zeros(units if fair else 1, dtype=np.int64), port_left=np.zeros(len(ports)),
+        port_count=np.zeros(len(ports), dtype=np.int64), frozen=np.zeros(units if fair else 1, dtype=np.bool_),
         ports=port_rows, port_busy=np.zeros(len(ports)), lru=np.full((n_decode, max(n_blocks, 1), 2), -2),
         logf=np.zeros((log_capacity, 2)), logi=np.zeros((log_capacity, 2), dtype=np.int64),
     )
