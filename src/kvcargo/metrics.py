@@ -128,6 +128,18 @@ def _token_gaps(ends, inst, n_inst, r_inst, r_first, r_output, r_first_token):
     return values, weights
 
 
+def latency_samples(out: EngineOutput, steady: np.ndarray) -> dict[str, np.ndarray]:
+    """The samples behind the summary's ttft, tpot and handoff figures (seconds): TTFT and TPOT
+    over the ``steady`` requests (TPOT for outputs of 2+ tokens), hand-off over every request
+    whose KV landed."""
+    multi = steady[out.output[steady] >= 2]
+    return {
+        "ttft": (out.first_token - out.arrival)[steady],
+        "tpot": (out.finish[multi] - out.first_token[multi]) / (out.output[multi] - 1),
+        "handoff": (out.kv_ready - out.first_token)[~np.isnan(out.kv_ready)],
+    }
+
+
 def summarize(out: EngineOutput) -> dict[str, Any]:
     """The run's summary (SI units: seconds, joules, watts, bytes)."""
     res = out.resolved
@@ -143,24 +155,20 @@ def summarize(out: EngineOutput) -> dict[str, Any]:
         "horizon_s": H,
         "steady_requests": len(steady),
     }
-    ttft = (out.first_token - out.arrival)[steady]
-    multi = steady[out.output[steady] >= 2]
-    tpot_all = np.full(len(out.arrival), np.nan)
-    ok = out.output >= 2
-    tpot_all[ok] = (out.finish[ok] - out.first_token[ok]) / (out.output[ok] - 1)
-    e2e = (out.finish - out.arrival)[steady]
-    s |= describe(ttft, "ttft") | describe(tpot_all[multi], "tpot")
-    s |= describe_weighted(*itl_sample(out, steady), "itl") | describe(e2e, "e2e")
-    xfer = ~np.isnan(out.kv_ready)
-    s |= describe((out.kv_ready - out.first_token)[xfer], "handoff")
-    if res.config.send == "layerwise":  # the same quantity, named for what streaming changes
-        s |= describe((out.kv_ready - out.first_token)[xfer], "exposed")
-    if res.config.kv_reserve == "at-transfer":
+    lat = latency_samples(out, steady)
+    s |= describe(lat["ttft"], "ttft") | describe(lat["tpot"], "tpot")
+    s |= describe_weighted(*itl_sample(out, steady), "itl") | describe((out.finish - out.arrival)[steady], "e2e")
+    handoff = describe(lat["handoff"], "handoff")
+    s |= handoff
+    if cfg.send == "layerwise":  # the same quantity, named for what streaming changes
+        s |= {"exposed" + k.removeprefix("handoff"): v for k, v in handoff.items()}
+    if cfg.kv_reserve == "at-transfer":
         asked = ~np.isnan(out.want_memory)
         s |= describe((out.reserved - out.want_memory)[asked], "memory_wait")
 
-    tpot_ok = np.where(out.output[steady] >= 2, tpot_all[steady] <= cfg.tpot_slo, True)
-    met = int(np.count_nonzero((ttft <= cfg.ttft_slo) & tpot_ok))
+    tpot_ok = np.ones(len(steady), dtype=bool)
+    tpot_ok[out.output[steady] >= 2] = lat["tpot"] <= cfg.tpot_slo
+    met = int(np.count_nonzero((lat["ttft"] <= cfg.ttft_slo) & tpot_ok))
     window = float(out.arrival[steady].max() - out.arrival[steady].min()) if len(steady) > 1 else 0.0
     out_tokens = int(out.output[done].sum())
     s |= {
@@ -171,21 +179,21 @@ def summarize(out: EngineOutput) -> dict[str, Any]:
         "output_tok_per_s": out_tokens / H if H > 0 else math.nan,
         "req_per_s": n_done / H if H > 0 else math.nan,
     }
-    s |= _stages(out, steady)
+    s |= _stages(out, steady, s["e2e_mean"])
     s |= _link(out)
     s |= _energy(out, out_tokens)
     s["instances"] = _instances(out)
-    s |= _hotspot(s)
+    s |= _hotspot(s, res.colocated)
     s |= _cost(out, s["output_tok_per_s"])
-    s["littles_population"] = float(np.sum(out.finish[done] - out.arrival[done])) / H if H > 0 else math.nan
-    s["littles_expected"] = s["req_per_s"] * exact_mean(out.finish[done] - out.arrival[done])
+    latency = out.finish[done] - out.arrival[done]
+    s["littles_population"] = float(np.sum(latency)) / H if H > 0 else math.nan
+    s["littles_expected"] = s["req_per_s"] * exact_mean(latency)
     return s
 
 
-def _stages(out: EngineOutput, steady: np.ndarray) -> dict[str, float]:
-    stages = stage_times(out)
-    means = {k: exact_mean(v[steady]) for k, v in stages.items()}
-    e2e = exact_mean((out.finish - out.arrival)[steady])
+def _stages(out: EngineOutput, steady: np.ndarray, e2e: float) -> dict[str, float]:
+    """Mean stage times of the ``steady`` requests and their shares of ``e2e`` (their mean latency)."""
+    means = {k: exact_mean(v[steady]) for k, v in stage_times(out).items()}
     s: dict[str, float] = {}
     for k in STAGES:
         s[f"stage_{k}_s"] = means[k]
@@ -204,19 +212,21 @@ def _link(out: EngineOutput) -> dict[str, Any]:
     moved = ~np.isnan(out.kv_start)
     full = out.wire_bytes[moved]
     wire = full * out.send_fraction[moved]
+    wire_bytes = float(wire.sum())
+    full_bytes = float(full.sum())
     n = out.transfers
     return {
         "transfers": n,
         "link_busy": _network_busy(out),
-        "link_bytes": float(wire.sum()),
-        "link_gbps": float(wire.sum()) / H / 1e9 if H > 0 else math.nan,
+        "link_bytes": wire_bytes,
+        "link_gbps": wire_bytes / H / 1e9 if H > 0 else math.nan,
         "link_mean_wait_s": float(np.sum((out.kv_start - out.first_token)[moved])) / n if n else 0.0,
         "link_j": out.link_j,
         "transit_j": out.transit_j,
         "link_j_per_request": (out.link_j + out.transit_j) / max(1, n),
         "transit_bound_share": float(np.mean(out.transit_bound[moved])) if n else 0.0,
-        "prefix_saved_bytes": float(full.sum() - wire.sum()),
-        "prefix_hit_rate": float(1 - wire.sum() / full.sum()) if full.sum() else 0.0,
+        "prefix_saved_bytes": full_bytes - wire_bytes,
+        "prefix_hit_rate": 1 - wire_bytes / full_bytes if full_bytes else 0.0,
     }
 
 
@@ -268,7 +278,7 @@ def _instances(out: EngineOutput) -> list[dict[str, Any]]:
     for i, (name, pool) in enumerate(_pools(out)):
         row = out.stats[i]
         steps = int(row[S_STEPS])
-        if name.startswith("prefill"):
+        if i < n_pre:  # a prefill instance (none when colocated)
             served = int(np.count_nonzero(out.prefill_inst == i))
             mean_batch = served / steps if steps else 0.0
         else:
@@ -288,11 +298,10 @@ def _instances(out: EngineOutput) -> list[dict[str, Any]]:
     return rows
 
 
-def _hotspot(s: dict[str, Any]) -> dict[str, Any]:
+def _hotspot(s: dict[str, Any], colocated: bool) -> dict[str, Any]:
     """The largest stage other than decoding itself, the pool that owns it, its busiest member."""
     stage = max((k for k in STAGES if k != "decode"), key=lambda k: s[f"stage_{k}_s"])
     owner = STAGE_OWNER[stage]
-    colocated = s["instances"][0]["name"].startswith("colocated")
     if colocated and owner != "kv-link":
         owner = "colocated"
     if owner == "kv-link":

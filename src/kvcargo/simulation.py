@@ -53,12 +53,9 @@ class SimResult:
             "rejected": o.status == REJECTED,
         }
 
-    def to_dict(self, with_requests: bool = False) -> dict[str, Any]:
-        """Plain data: the configuration, the summary and (optionally) the request records."""
-        d: dict[str, Any] = {"config": self.config.model_dump(), "summary": self.summary}
-        if with_requests:
-            d["requests"] = {k: v.tolist() for k, v in self.requests().items()}
-        return d
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data: the configuration and the summary."""
+        return {"config": self.config.model_dump(), "summary": self.summary}
 
     def write_requests_csv(self, path: str | Path) -> None:
         """One row per request; empty cells where a stage does not apply; floats as ``repr``."""

@@ -79,22 +79,13 @@ def link_series(first_token: np.ndarray, kv_start: np.ndarray, kv_ready: np.ndar
 
 
 def latency_samples(result: SimResult) -> dict[str, np.ndarray]:
-    """The samples behind the summary's ttft, tpot and handoff percentiles (seconds).
-
-    TTFT and TPOT over the steady requests (warm-up excluded, TPOT for outputs of 2+ tokens);
-    hand-off over every request that had one.
-    """
-    from kvcargo.metrics import steady_requests
+    """The samples behind the run's summary ttft, tpot and handoff figures (seconds; see
+    :func:`kvcargo.metrics.latency_samples`): TTFT and TPOT over the steady requests (warm-up
+    excluded, TPOT for outputs of 2+ tokens); hand-off over every request that had one."""
+    from kvcargo import metrics
 
     out = result.output
-    steady = steady_requests(out)
-    multi = steady[out.output[steady] >= 2]
-    handoff = out.kv_ready - out.first_token
-    return {
-        "ttft": (out.first_token - out.arrival)[steady],
-        "tpot": (out.finish[multi] - out.first_token[multi]) / (out.output[multi] - 1),
-        "handoff": handoff[~np.isnan(handoff)],
-    }
+    return metrics.latency_samples(out, metrics.steady_requests(out))
 
 
 def plot_data(result: SimResult, bins: int = 200) -> dict[str, Any]:

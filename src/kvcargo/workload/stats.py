@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from kvcargo.catalog import Link, Model
+from kvcargo.errors import KvcargoError
 from kvcargo.workload.stream import Workload
 from kvcargo.workload.traces import BLOCK_TOKENS, mean_rate
 
@@ -44,15 +45,13 @@ def timeline(arrival: np.ndarray, bucket_s: float, weights: np.ndarray | None = 
     t = arrival - arrival[0]
     duration = float(t[-1])
     full = int(math.floor(duration / bucket_s))
-    tail = duration - full * bucket_s
+    tail = duration - full * bucket_s if full else duration  # (not 0 * bucket_s: NaN for an infinite bucket)
     n = full + 1 if tail > 0 or full == 0 else full
     idx = np.minimum((t // bucket_s).astype(np.int64), n - 1)
     sums = np.bincount(idx, weights=weights, minlength=n).astype(np.float64)
     widths = np.full(n, float(bucket_s))
-    if n > full and full > 0:
+    if tail > 0:
         widths[-1] = tail
-    elif full == 0 and duration > 0:
-        widths[-1] = duration
     return sums / widths, full
 
 
@@ -78,8 +77,6 @@ def trace_stats(w: Workload, bucket_s: float | None = None, model: Model | None 
     cv = float(gaps.std() / gaps.mean()) if len(gaps) and gaps.mean() > 0 else math.nan
     bucket = float(bucket_s) if bucket_s else auto_bucket(duration)
     if not bucket > 0:
-        from kvcargo.errors import KvcargoError
-
         raise KvcargoError(f"--bucket must be a positive number of seconds, got {bucket_s!r}")
     rates, full = timeline(arrival, bucket)
     peak, low = _extremes(rates, full)
@@ -111,9 +108,10 @@ def handoff_demand(w: Workload, model: Model, bucket_s: float, links: Iterable[L
 
     s = shape(model)
     nbytes = s.handoff_bytes(np.asarray(w.prompt, dtype=np.int64)).astype(np.float64)
+    total = float(nbytes.sum())
     duration = float(w.arrival[-1] - w.arrival[0])
     per_bucket, full = timeline(w.arrival, bucket_s, nbytes)
-    mean = float(nbytes.sum() / duration) if duration > 0 else math.nan
+    mean = total / duration if duration > 0 else math.nan
     peak = _extremes(per_bucket, full)[0]
     rows = []
     for ln in links:
@@ -122,7 +120,7 @@ def handoff_demand(w: Workload, model: Model, bucket_s: float, links: Iterable[L
                      "peak_load": peak / cap, "carries_peak": bool(peak <= cap)})
     rows.sort(key=lambda r: r["bandwidth"])
     smallest = next((r["link"] for r in rows if r["carries_peak"]), None)
-    return {"model": model.key, "kv_bytes_per_token": s.kv_per_token, "bytes_total": float(nbytes.sum()),
+    return {"model": model.key, "kv_bytes_per_token": s.kv_per_token, "bytes_total": total,
             "mean_bytes_per_s": mean, "peak_bytes_per_s": peak, "bucket_s": bucket_s,
             "mean_bytes_per_request": float(nbytes.mean()), "links": rows, "smallest_sufficient_link": smallest}
 

@@ -63,8 +63,8 @@ KVCARGO_CSV = Layout("kvcargo CSV", "arrival", "prompt_len", "output_len", rebas
 JSON_ROWS = Layout("JSON rows", 0, 1, 2, rebase=False)
 MOONCAKE = Layout("Mooncake JSONL", "timestamp", "input_length", "output_length", unit="ms")
 AZURE = Layout("Azure 2023 CSV", "TIMESTAMP", "ContextTokens", "GeneratedTokens")
+GENERIC_JSON = Layout("generic JSON", "arrival", "prompt_len", "output_len")
 
-FORMATS = ("kvcargo CSV", "JSON rows", "Mooncake JSONL", "Azure 2023 CSV", "generic CSV", "generic JSON")
 MAPPING_HINT = "name the columns with --arrival-col, --prompt-col and --output-col"
 
 
@@ -86,35 +86,32 @@ def read_trace(path: str | Path, *, arrival_col: str | None = None, prompt_col: 
     path = Path(path)
     if time_unit is not None and time_unit not in TIME_UNITS:
         raise KvcargoError(f"unknown time unit {time_unit!r}; valid choices: {', '.join(TIME_UNITS)}")
+    mapping = (arrival_col, prompt_col, output_col)
+    layout, rows = _parse(path, mapping)
+    if any(c is not None for c in mapping) or time_unit is not None:
+        layout = _mapped(layout, mapping, time_unit, str(path))
+    return _build(rows, layout, str(path), path.name)
+
+
+def detect(path: str | Path) -> str:
+    """The name of a trace file's format (``kvcargo CSV``, ``JSON rows``, ``Mooncake JSONL``,
+    ``Azure 2023 CSV``, ``generic CSV`` or ``generic JSON``), from its content."""
+    return _parse(Path(path), strict=False)[0].name
+
+
+def _parse(path: Path, mapping: tuple[str | None, ...] = (None, None, None),
+           strict: bool = True) -> tuple[Layout, list[Row]]:
+    """The file's layout and rows; the first non-blank character picks JSON array, JSON Lines or CSV."""
     text = _read_text(path)
     where = str(path)
     body = text.lstrip()
     if not body:
         raise KvcargoError(f"{where}: empty file (no requests)")
-    mapping = (arrival_col, prompt_col, output_col)
     if body[0] == "[":
-        layout, rows = _json_array(text, where)
-    elif body[0] == "{":
-        layout, rows = _json_lines(text, where)
-    else:
-        layout, rows = _csv(text, where, mapping)
-    if any(c is not None for c in mapping) or time_unit is not None:
-        layout = _mapped(layout, mapping, time_unit, where)
-    return _build(rows, layout, where, path.name)
-
-
-def detect(path: str | Path) -> str:
-    """The name of a trace file's format (one of :data:`FORMATS`), from its content."""
-    path = Path(path)
-    text = _read_text(path)
-    body = text.lstrip()
-    if not body:
-        raise KvcargoError(f"{path}: empty file (no requests)")
-    if body[0] == "[":
-        return _json_array(text, str(path))[0].name
+        return _json_array(text, where)
     if body[0] == "{":
-        return _json_lines(text, str(path))[0].name
-    return _csv(text, str(path), (None, None, None), strict=False)[0].name
+        return _json_lines(text, where)
+    return _csv(text, where, mapping, strict)
 
 
 def _read_text(path: Path) -> str:
@@ -139,6 +136,7 @@ def _json_array(text: str, where: str) -> tuple[Layout, list[Row]]:
     i = text.index("[") + 1
     rows: list[Row] = []
     n = len(text)
+    line, seen = 1, 0  # the line number at text[seen], advanced as rows are read (not recounted)
     while True:
         while i < n and text[i] in " \t\r\n":
             i += 1
@@ -149,7 +147,9 @@ def _json_array(text: str, where: str) -> tuple[Layout, list[Row]]:
             value, j = dec.raw_decode(text, i)
         except json.JSONDecodeError as exc:
             raise KvcargoError(f"{where}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
-        rows.append((text.count("\n", 0, i) + 1, value))
+        line += text.count("\n", seen, i)
+        seen = i
+        rows.append((line, value))
         i = j
         while i < n and text[i] in " \t\r\n":
             i += 1
@@ -159,15 +159,15 @@ def _json_array(text: str, where: str) -> tuple[Layout, list[Row]]:
         if i < n and text[i] == "]":
             i += 1
             break
-        line = text.count("\n", 0, i) + 1
+        line += text.count("\n", seen, i)
         raise KvcargoError(f"{where}: line {line}: not valid JSON (expected ',' or ']' after a row)")
     if text[i:].strip():
-        line = text.count("\n", 0, i) + 1
+        line += text.count("\n", seen, i)
         raise KvcargoError(f"{where}: line {line}: not valid JSON (extra data after the array)")
     if not rows:
         raise KvcargoError(f"{where}: empty JSON array (no requests)")
     if all(isinstance(v, dict) for _, v in rows):
-        return Layout("generic JSON", "arrival", "prompt_len", "output_len"), rows
+        return GENERIC_JSON, rows
     return JSON_ROWS, rows
 
 
@@ -186,7 +186,7 @@ def _json_lines(text: str, where: str) -> tuple[Layout, list[Row]]:
     first = rows[0][1]
     if {"timestamp", "input_length", "output_length"} <= first.keys():
         return MOONCAKE, rows
-    return Layout("generic JSON", "arrival", "prompt_len", "output_len"), rows
+    return GENERIC_JSON, rows
 
 
 def _csv(text: str, where: str, mapping: tuple[str | None, ...], strict: bool = True) -> tuple[Layout, list[Row]]:
