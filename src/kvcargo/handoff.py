@@ -137,22 +137,18 @@ def transfers(link: Link, compression: Compression | None, nbytes: np.ndarray, k
     n = np.asarray(nbytes, dtype=np.float64)
     zeros = np.zeros_like(n)
     latency = link.latency
-    if compression is None:
-        wire, t_ops, transit_j = n, zeros, zeros
-        duration = link.latency + n / link.bandwidth
+    wire = n if compression is None else compression.wire_bytes(n, n if prompt is None else prompt, kv_value_bytes)
+    t_wire = wire / link.bandwidth
+    if compression is None or compression.at == "endpoint":
+        t_ops, transit_j = zeros, zeros
+        duration = link.latency + t_wire
     else:
-        wire = compression.wire_bytes(n, n if prompt is None else prompt, kv_value_bytes)
-        t_wire = wire / link.bandwidth
-        if compression.at == "endpoint":
-            t_ops, transit_j = zeros, zeros
-            duration = link.latency + t_wire
-        else:
-            t_ops = (compression.codec.ops_per_value * (n / kv_value_bytes)) / (TRANSIT_OPS_PER_BYTE * link.bandwidth)
-            duration = link.latency + TRANSIT_LATENCY_S + np.maximum(t_wire, t_ops)
-            transit_j = n * 8 * TRANSIT_PJ_PER_BIT * 1e-12
-            latency = link.latency + TRANSIT_LATENCY_S
-    slice_time = np.maximum(wire / link.bandwidth, t_ops) / groups
-    return Transfers(duration, wire, wire * 8 * link.pj_per_bit * 1e-12, transit_j, t_ops > wire / link.bandwidth,
+        t_ops = (compression.codec.ops_per_value * (n / kv_value_bytes)) / (TRANSIT_OPS_PER_BYTE * link.bandwidth)
+        duration = link.latency + TRANSIT_LATENCY_S + np.maximum(t_wire, t_ops)
+        transit_j = n * 8 * TRANSIT_PJ_PER_BIT * 1e-12
+        latency = link.latency + TRANSIT_LATENCY_S
+    slice_time = np.maximum(t_wire, t_ops) / groups
+    return Transfers(duration, wire, wire * 8 * link.pj_per_bit * 1e-12, transit_j, t_ops > t_wire,
                      slice_time, latency + zeros)
 
 

@@ -7,6 +7,7 @@ import json
 import click
 
 from kvcargo import catalog as catalog_mod
+from kvcargo.catalog import Link, Model
 from kvcargo.cost import Pool
 from kvcargo.handoff import HandoffResult, calculate_keys
 from kvcargo.report.text import bytes_, rate_bps, seconds, table
@@ -41,35 +42,39 @@ def command(model: str, prompt: int, link: str, kv_compress: str | None, kv_keep
         data = [r.as_dict() for r in results]
         click.echo(json.dumps(data if all_links else data[0], indent=2))
     elif all_links:
-        click.echo(link_table(results))
+        click.echo(link_table(runs))
     else:
         r, m, ln, pool = runs[0]
         click.echo(panel(r, ln.name, m.name, pool))
 
 
-def panel(r: HandoffResult, link_name: str, model_name: str, pool: Pool) -> str:
-    """The chapter's result panel."""
+def panel_rows(r: HandoffResult, link_name: str, model_name: str, pool: Pool) -> tuple[str, list[list[str]]]:
+    """The chapter's result panel as a title and (label, value, note) rows."""
     codec = "uncompressed" if r.codec == "none" else f"{r.codec} (÷{r.ratio:.3g})"
     rows = [
-        ("KV to hand off", bytes_(r.kv_bytes), f"{r.prompt_tokens:,} tokens × {r.kv_bytes_per_token:,} B"
+        ["KV to hand off", bytes_(r.kv_bytes), f"{r.prompt_tokens:,} tokens × {r.kv_bytes_per_token:,} B"
          if r.kv_bytes == r.prompt_tokens * r.kv_bytes_per_token else
-         f"{r.prompt_tokens:,} tokens, sliding-window layers capped"),
-        ("On the wire", bytes_(r.wire_bytes), codec),
-        ("Transfer", seconds(r.transfer_s), f"{link_name}, {rate_bps(r.bandwidth)}"),
-        ("Prefill", seconds(r.prefill_s), f"{pool.n}× {pool.device.name}"),
-        ("Exposed after prefill", seconds(r.exposed_s),
-         "added before decode can start" + (" (layer-wise streaming)" if r.send == "layerwise" else "")),
-        ("Link full at", f"{r.link_full_rps:.1f} req/s", "hand-offs alone"),
+         f"{r.prompt_tokens:,} tokens, sliding-window layers capped"],
+        ["On the wire", bytes_(r.wire_bytes), codec],
+        ["Transfer", seconds(r.transfer_s), f"{link_name}, {rate_bps(r.bandwidth)}"],
+        ["Prefill", seconds(r.prefill_s), f"{pool.n}× {pool.device.name}"],
+        ["Exposed after prefill", seconds(r.exposed_s),
+         "added before decode can start" + (" (layer-wise streaming)" if r.send == "layerwise" else "")],
+        ["Link full at", f"{r.link_full_rps:.1f} req/s", "hand-offs alone"],
     ]
-    head = f"{model_name}, {r.prompt_tokens:,}-token prompt over {link_name}"
+    return f"{model_name}, {r.prompt_tokens:,}-token prompt over {link_name}", rows
+
+
+def panel(r: HandoffResult, link_name: str, model_name: str, pool: Pool) -> str:
+    """The chapter's result panel."""
+    head, rows = panel_rows(r, link_name, model_name, pool)
     return head + "\n" + table(["", "", ""], rows, "lrl").split("\n", 2)[2]
 
 
-def link_table(results: list[HandoffResult]) -> str:
+def link_table(runs: list[tuple[HandoffResult, Model, Link, Pool]]) -> str:
     """Link, bandwidth per direction, time for this hand-off (fastest first)."""
-    cat = catalog_mod.builtin()
-    first = results[0]
-    rows = [(cat.links[r.link].name if r.link in cat.links else r.link, rate_bps(r.bandwidth), seconds(r.transfer_s))
-            for r in sorted(results, key=lambda r: r.transfer_s)]
+    first = runs[0][0]
+    rows = [(ln.name, rate_bps(r.bandwidth), seconds(r.transfer_s))
+            for r, _, ln, _ in sorted(runs, key=lambda run: run[0].transfer_s)]
     size = bytes_(first.wire_bytes)
     return table(["Link", "Bandwidth", f"{size} takes"], rows, "lrr")

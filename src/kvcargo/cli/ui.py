@@ -47,7 +47,7 @@ def command(host: str, port: int, open_browser: bool, max_requests: int, timeout
     except ImportError as exc:
         raise KvcargoError(f"kvcargo ui needs the ui extra ({exc.name} is missing): pip install 'kvcargo[ui]'") from None
     loopback = is_loopback(host)
-    allowed = ["127.0.0.1", "localhost", "[::1]", "::1"] if loopback else None
+    allowed = [*LOOPBACK_NAMES, "[::1]"] if loopback else None
     app = create_app(max_requests=max_requests, timeout_s=timeout_s, workers=workers or min(2, os.cpu_count() or 1),
                      catalog_files=catalog_files, allowed_hosts=allowed)
     if not loopback:

@@ -22,6 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
+from kvcargo import __version__
 from kvcargo.config import DEFAULT_RATE
 from kvcargo.errors import KvcargoError
 from kvcargo.web import presets as presets_mod
@@ -74,7 +75,7 @@ def create_app(max_requests: int = 20_000, timeout_s: float = 30.0, workers: int
         yield
         pool.close()
 
-    app = FastAPI(title="kvcargo", version=_version(), lifespan=lifespan, docs_url=None,  # no CDN UI
+    app = FastAPI(title="kvcargo", version=__version__, lifespan=lifespan, docs_url=None,  # no CDN UI
                   redoc_url=None, openapi_url="/api/openapi.json")
     app.state.pool = pool
     app.state.limits = {"max_requests": max_requests, "timeout_s": timeout_s, "workers": workers,
@@ -171,9 +172,3 @@ async def _read_json(request: Request) -> Any:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise StarletteHTTPException(400, f"the body is not valid JSON ({exc})") from None
-
-
-def _version() -> str:
-    from kvcargo import __version__
-
-    return __version__

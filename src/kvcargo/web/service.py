@@ -8,7 +8,6 @@ command itself, the simulator's from :class:`~kvcargo.config.SimConfig`.
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
@@ -85,13 +84,7 @@ def handoff(params: HandoffParams, catalog_files: Sequence[str] = ()) -> dict[st
 def panel(result: HandoffResult, link_name: str, model_name: str, pool: Pool) -> dict[str, Any]:
     """``kvcargo handoff``'s text panel as a title and (label, value, note) rows: the very strings
     the CLI prints, so the page and the terminal cannot disagree."""
-    title, *lines = handoff_cli.panel(result, link_name, model_name, pool).splitlines()
-    rows = []
-    for line in lines:
-        cells = re.split(r"\s{2,}", line.strip(), maxsplit=2)
-        if len(cells) != 3:
-            raise RuntimeError(f"unexpected panel line {line!r}")
-        rows.append(cells)
+    title, rows = handoff_cli.panel_rows(result, link_name, model_name, pool)
     return {"title": title, "rows": rows}
 
 
@@ -113,10 +106,8 @@ def simulate_defaults() -> dict[str, Any]:
     return d
 
 
-def check_simulation(body: Any, max_requests: int, catalog_files: Sequence[str] = ()) -> SimConfig:
-    """Validate a ``POST /api/simulate`` body into a SimConfig, within the web API's bounds."""
-    if not isinstance(body, Mapping):
-        raise KvcargoError("the body must be a JSON object of simulation parameters")
+def check_simulation(body: Mapping[str, Any], max_requests: int, catalog_files: Sequence[str] = ()) -> SimConfig:
+    """Validate a ``POST /api/simulate`` body (a JSON object) into a SimConfig, within the web API's bounds."""
     for key in SERVER_ONLY:
         if key in body:
             raise KvcargoError(f"--{key.replace('_', '-')} names a file on the server: not accepted by the web API")

@@ -3,7 +3,7 @@
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
-const state = { catalog: null, presets: [], calcSeq: 0, calcAbort: null, lastCalc: null, runPreset: null };
+const state = { catalog: null, presets: [], calcSeq: 0, calcAbort: null };
 
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
@@ -90,7 +90,6 @@ async function updateCalculator() {
     $("#calc-panel").classList.remove("stale");
     renderPanel(r);
     drawTimeline(r);
-    state.lastCalc = r;
   } catch (err) {
     if (err.name === "AbortError" || seq !== state.calcSeq) return;
     showError("#calc-error", err.message);
