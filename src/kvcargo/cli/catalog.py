@@ -7,20 +7,20 @@ import json
 import click
 
 from kvcargo import catalog as catalog_mod
+from kvcargo.cli.options import field_options
 from kvcargo.cost import shape
 from kvcargo.report.text import rate_bps, seconds, table
 
-KINDS = ("models", "devices", "links", "codecs")
+KINDS = tuple(catalog_mod.KINDS)
 
 
 @click.command("catalog")
 @click.argument("kind", required=False, type=click.Choice(KINDS))
-@click.option("--catalog", "catalog_files", multiple=True, type=click.Path(dir_okay=False),
-              help="extra catalog TOML file (repeatable)")
+@field_options("catalog")
 @click.option("--json", "as_json", is_flag=True, help="print every field as JSON")
-def command(kind: str | None, catalog_files: tuple[str, ...], as_json: bool) -> None:
+def command(kind: str | None, catalog: tuple[str, ...], as_json: bool) -> None:
     """List the catalog (all kinds, or one)."""
-    cat = catalog_mod.load(catalog_files)
+    cat = catalog_mod.load(catalog)
     kinds = [kind] if kind else list(KINDS)
     if as_json:
         data = {k: {key: e.model_dump(exclude={"key"}) for key, e in getattr(cat, k).items()} for k in kinds}

@@ -8,6 +8,7 @@ import click
 
 from kvcargo import catalog as catalog_mod
 from kvcargo.catalog import Link, Model
+from kvcargo.cli.options import field_options
 from kvcargo.cost import Pool
 from kvcargo.handoff import HandoffResult, calculate_keys
 from kvcargo.report.text import bytes_, rate_bps, seconds, table
@@ -25,15 +26,14 @@ from kvcargo.report.text import bytes_, rate_bps, seconds, table
 @click.option("--device", default="h100", show_default=True, help="prefill device (sets the prefill time)")
 @click.option("--devices-per-instance", type=int, default=1, show_default=True)
 @click.option("--links", "all_links", is_flag=True, help="the link table: this hand-off over every link")
-@click.option("--catalog", "catalog_files", multiple=True, type=click.Path(dir_okay=False),
-              help="extra catalog TOML file (repeatable)")
+@field_options("catalog")
 @click.option("--json", "as_json", is_flag=True, help="print JSON (seconds, bytes, req/s)")
 def command(model: str, prompt: int, link: str, kv_compress: str | None, kv_keep: float | None,
             kv_ratio: float | None, send: str,
-            device: str, devices_per_instance: int, all_links: bool, catalog_files: tuple[str, ...],
+            device: str, devices_per_instance: int, all_links: bool, catalog: tuple[str, ...],
             as_json: bool) -> None:
     """Hand-off size, transfer time, time exposed after prefill and link saturation rate."""
-    cat = catalog_mod.load(catalog_files)
+    cat = catalog_mod.load(catalog)
     keys = list(cat.links) if all_links else [link]
     runs = [calculate_keys(cat, model, prompt, key, kv_compress, kv_keep, kv_ratio, send, device,
                            devices_per_instance) for key in keys]

@@ -29,20 +29,30 @@ def _click_type(annotation: Any) -> tuple[Any, bool]:
     return {int: int, float: float, str: str}.get(annotation, str), False
 
 
-def sim_options(fn: Callable) -> Callable:
-    """Add one option per SimConfig field; defaults stay in SimConfig (unset flags are omitted)."""
-    for name, field in reversed(list(SimConfig.model_fields.items())):
-        flag = "--" + name.replace("_", "-")
-        if name == "catalog":
-            fn = click.option(flag, "catalog", multiple=True, type=click.Path(dir_okay=False),
-                              help=field.description)(fn)
-            continue
-        ctype, is_flag = _click_type(field.annotation)
-        default = field.default
-        shown = f" [default: {default}]" if default not in (None, False) else ""
-        kind = {"is_flag": True} if is_flag else {"type": ctype}
-        fn = click.option(flag, name, default=None, help=(field.description or "") + shown, **kind)(fn)
-    return fn
+def field_options(*names: str) -> Callable[[Callable], Callable]:
+    """Add an option for each named SimConfig field: help from its docstring, defaults left to
+    SimConfig (an unset flag is omitted)."""
+
+    def add(fn: Callable) -> Callable:
+        for name in reversed(names):
+            field = SimConfig.model_fields[name]
+            flag = "--" + name.replace("_", "-")
+            if name == "catalog":
+                fn = click.option(flag, "catalog", multiple=True, type=click.Path(dir_okay=False),
+                                  help=field.description)(fn)
+                continue
+            ctype, is_flag = _click_type(field.annotation)
+            default = field.default
+            shown = f" [default: {default}]" if default not in (None, False) else ""
+            kind = {"is_flag": True} if is_flag else {"type": ctype}
+            fn = click.option(flag, name, default=None, help=(field.description or "") + shown, **kind)(fn)
+        return fn
+
+    return add
+
+
+sim_options = field_options(*SimConfig.model_fields)
+"""One option per SimConfig field (``simulate``, ``sweep``, ``capacity``, ``plan``)."""
 
 
 def given_params(params: dict[str, Any]) -> dict[str, Any]:
