@@ -13,16 +13,21 @@ from numba.experimental import structref
 from kvcargo.engine.state import Params, State
 
 
-@structref.register
-class StateRefType(types.StructRef):
+class _ArraysRefType(types.StructRef):
+    """A StructRef of arrays, typed by their plain (non-literal) types."""
+
     def preprocess_fields(self, fields):
         return tuple((name, types.unliteral(typ)) for name, typ in fields)
 
 
 @structref.register
-class ParamsRefType(types.StructRef):
-    def preprocess_fields(self, fields):
-        return tuple((name, types.unliteral(typ)) for name, typ in fields)
+class StateRefType(_ArraysRefType):
+    pass
+
+
+@structref.register
+class ParamsRefType(_ArraysRefType):
+    pass
 
 
 class StateRef(structref.StructRefProxy):
