@@ -67,7 +67,7 @@ def test_handoff_parameters_are_the_cli_options() -> None:
     from kvcargo.cli import handoff as handoff_cli
     from kvcargo.web.service import HandoffParams
 
-    cli = {p.name: p.default for p in handoff_cli.command.params if p.name not in ("all_links", "catalog_files",
+    cli = {p.name: p.default for p in handoff_cli.command.params if p.name not in ("all_links", "catalog",
                                                                                    "as_json")}
     assert HandoffParams().model_dump() == cli
 
