@@ -134,6 +134,13 @@ class Device(_Entry):
     """Unit in which the memory time is evaluated: ``(bytes/unit) / (bw/unit · eff · n)``.
     Mathematically irrelevant; it fixes the last bit of the result (the reference computes the
     A100's memory time in TB and TB/s, and kvcargo reproduces that bit for bit)."""
+    kernel_tables: str | None = None
+    """Measured kernel tables (``.npz`` from ``scripts/convert_aiconfigurator.py``) for
+    ``--cost-model calibrated``; unset: the built-in set of the same key, if any."""
+    framework: dict[str, dict[str, float]] = {}
+    """Fitted framework constants of ``--cost-model calibrated`` by TP degree
+    (``{tp8 = {prefill_scale = …, prefill_overhead_s = …, decode_scale = …, decode_overhead_s = …}}``,
+    written by ``kvcargo calibrate``); empty: the built-in ones."""
 
     @model_validator(mode="after")
     def _check(self) -> Device:

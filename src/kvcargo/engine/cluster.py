@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvcargo.calibrated import tabulate
 from kvcargo.config import Resolved
 from kvcargo.cost import kv_capacity, model_coefficients, shape
 from kvcargo.engine import state as S
@@ -133,7 +134,7 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     ri[:, S.OUTPUT] = w.output
     ri[:, S.QUAD] = prompt * (prompt + 1)
     pf, domain = _ports(res)
-    ints = np.zeros(15, dtype=np.int64)
+    ints = np.zeros(16, dtype=np.int64)
     ints[S.P_NPREFILL] = res.n_prefill
     ints[S.P_COLOCATED] = int(res.colocated)
     ints[S.P_BUDGET] = c.token_budget
@@ -152,9 +153,20 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     ints[S.P_BLOCK_TOKENS] = BLOCK_TOKENS
     mi, mf = model_coefficients(res.model, c.lm_head)
     hf = np.stack([res.prefill_pool.coefficients(), res.decode_pool.coefficients()])
+    ints[S.P_CALIBRATED] = int(c.cost_model == "calibrated")
+    ct, cs = step_tables(res)
     return Params(rf=rf, rx=rx, ri=ri, mi=mi, mf=mf, hf=hf, ints=ints, pf=pf,
                   port_cap=pf[:, S.PF_BW] * pf[:, S.PF_CHANNELS], domain=domain, blocks=blocks,
-                  block_offsets=offsets), xfer
+                  block_offsets=offsets, ct=ct, cs=cs), xfer
+
+
+def step_tables(res: Resolved) -> tuple[np.ndarray, np.ndarray]:
+    """The calibrated model's tables per pool row (prefill or colocated, decode); a dummy under
+    the roofline."""
+    if res.config.cost_model != "calibrated":
+        return np.zeros((2, 4, 2, 2)), np.zeros((2, 6))
+    rows = [tabulate(res.model, pool, res.config.lm_head) for pool in (res.prefill_pool, res.decode_pool)]
+    return np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
 
 
 def _dense_blocks(w) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]

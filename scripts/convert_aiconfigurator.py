@@ -1,0 +1,144 @@
+"""Convert aiconfigurator-core's silicon-measured kernel tables into kvcargo's compact package data.
+
+Run at development time only (needs pyarrow and an unpacked ``aiconfigurator-core`` wheel, Apache-2.0,
+https://pypi.org/project/aiconfigurator-core/); kvcargo reads the result with numpy alone:
+
+    pip download --no-deps aiconfigurator-core && unzip aiconfigurator_core-*.whl -d aic
+    python scripts/convert_aiconfigurator.py aic/aiconfigurator_core/systems/data [--systems h100_sxm ...]
+
+Per system it writes ``src/kvcargo/data/calibration/<device>.npz`` with the vLLM tables in bf16:
+
+* ``gemm_m/n/k`` and ``gemm_ms[m, n, k]``: GEMM latency (ms), the default bf16 kernel;
+* ``ctx_cfg[c] = (heads, kv_heads, head_dim)``, ``ctx_b``, ``ctx_s`` and ``ctx_ms[c, b, s]``:
+  context (prefill) attention by batch and prompt length;
+* ``gen_cfg``, ``gen_b``, ``gen_s`` and ``gen_ms[c, b, s]``: generation attention by batch and KV length;
+* ``ar_gpus``, ``ar_size`` and ``ar_ms[g, s]``: the fastest measured all-reduce (vLLM's custom
+  all-reduce under CUDA graphs, or NCCL) by message bytes and GPU count.
+
+Held out: GEMM columns whose n or k is in ``HELD_N_K`` and attention head configurations in
+``HELD_HEADS`` are dropped from the tables kvcargo interpolates and written, as exact measured
+rows, to ``heldout_<device>.npz``; ``kvcargo validate`` scores the interpolation on them.
+Missing cells are NaN.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+from collections import defaultdict
+
+import numpy as np
+import pyarrow.parquet as pq
+
+SYSTEMS = {"h100_sxm": "h100", "h200_sxm": "h200", "a100_sxm": "a100", "b200_sxm": "b200"}
+"""aiconfigurator system → kvcargo device key."""
+HELD_N_K = (2560, 3584, 5120, 10240)
+"""GEMM dimensions the interpolation never sees (Qwen2.5-7B's d = 3584, Qwen2.5-32B's 5120, ...)."""
+HELD_HEADS = ((40, 8, 128), (28, 4, 128), (20, 4, 128), (12, 2, 128))
+"""Attention configurations the interpolation never sees (Qwen2.5-32B at TP 1, Qwen2.5-7B ...)."""
+OUT = os.path.join(os.path.dirname(__file__), "..", "src", "kvcargo", "data", "calibration")
+
+
+def newest(root: str, pattern: str) -> str | None:
+    """The newest vLLM version's file matching ``pattern`` (``gemm/vllm/*/gemm_perf.parquet``)."""
+    files = glob.glob(os.path.join(root, pattern))
+    key = lambda f: [int(p) if p.isdigit() else 0 for p in f.split(os.sep)[-2].replace("rc", ".").split(".")]
+    return max(files, key=key) if files else None
+
+
+def rows(path: str) -> list[dict]:
+    return pq.read_table(path).to_pylist()
+
+
+def grid(points: dict[tuple, list[float]], axes: list[list[int]]) -> np.ndarray:
+    """Median of the repeats at each grid point; NaN where nothing was measured."""
+    out = np.full([len(a) for a in axes], np.nan, dtype=np.float32)
+    index = [{v: i for i, v in enumerate(a)} for a in axes]
+    for key, values in points.items():
+        out[tuple(index[d][v] for d, v in enumerate(key))] = float(np.median(values))
+    return out
+
+
+def gemm(root: str) -> tuple[dict, dict]:
+    table = [r for r in rows(newest(root, "gemm/vllm/*/gemm_perf.parquet")) if r["gemm_dtype"] == "bfloat16"]
+    kernels = defaultdict(int)
+    for r in table:
+        kernels[r["kernel_source"]] += 1
+    kernel = max(kernels, key=kernels.get)
+    kept, held = defaultdict(list), defaultdict(list)
+    for r in table:
+        if r["kernel_source"] == kernel:
+            target = held if r["n"] in HELD_N_K or r["k"] in HELD_N_K else kept
+            target[(r["m"], r["n"], r["k"])].append(r["latency"])
+    axes = [sorted({k[d] for k in kept}) for d in range(3)]
+    held_rows = np.array([[*k, np.median(v)] for k, v in sorted(held.items())], dtype=np.float64)
+    return ({"gemm_m": axes[0], "gemm_n": axes[1], "gemm_k": axes[2], "gemm_ms": grid(kept, axes)},
+            {"gemm": held_rows})
+
+
+def attention(root: str, phase: str, size_col: str, prefix: str) -> tuple[dict, dict]:
+    path = newest(root, f"attention/vllm/*/{phase}_attention_perf.parquet")
+    table = [r for r in rows(path) if r["kv_cache_dtype"] == "bfloat16" and r.get("window_size", 0) == 0]
+    kernels = defaultdict(int)
+    for r in table:
+        kernels[r["kernel_source"]] += 1
+    kernel = max(kernels, key=kernels.get)
+    kept, held = defaultdict(list), defaultdict(list)
+    for r in table:
+        if r["kernel_source"] != kernel:
+            continue
+        cfg = (r["num_heads"], r["num_key_value_heads"], r["head_dim"])
+        (held if cfg in HELD_HEADS else kept)[(cfg, r["batch_size"], r[size_col])].append(r["latency"])
+    cfgs = sorted({k[0] for k in kept})
+    axes = [cfgs, sorted({k[1] for k in kept}), sorted({k[2] for k in kept})]
+    held_rows = np.array([[*k[0], k[1], k[2], np.median(v)] for k, v in sorted(held.items())], dtype=np.float64)
+    return ({f"{prefix}_cfg": np.array(cfgs, dtype=np.int64), f"{prefix}_b": axes[1], f"{prefix}_s": axes[2],
+             f"{prefix}_ms": grid(kept, axes)}, {prefix: held_rows})
+
+
+def all_reduce(root: str) -> dict:
+    best: dict[tuple, float] = {}
+    sources = [(newest(root, "comm/vllm/*/custom_allreduce_perf.parquet"), "bfloat16"),
+               (newest(root, "comm/nccl/*/nccl_perf.parquet"), "half")]
+    for path, dtype in sources:
+        if path is None:
+            continue
+        for r in rows(path):
+            if r["op_name"] != "all_reduce" or r.get("allreduce_dtype", r.get("nccl_dtype")) != dtype:
+                continue
+            if r.get("backend", "graph").endswith("eager"):
+                continue
+            key = (r["num_gpus"], r["message_size"])
+            best[key] = min(best.get(key, np.inf), r["latency"])
+    axes = [sorted({k[0] for k in best}), sorted({k[1] for k in best})]
+    return {"ar_gpus": axes[0], "ar_size": axes[1], "ar_ms": grid({k: [v] for k, v in best.items()}, axes)}
+
+
+def convert(data_root: str, system: str) -> None:
+    root = os.path.join(data_root, system)
+    tables, held = gemm(root)
+    for phase, col, prefix in (("context", "isl", "ctx"), ("generation", "step", "gen")):
+        t, h = attention(root, phase, col, prefix)
+        tables.update(t)
+        held.update(h)
+    tables.update(all_reduce(root))
+    arrays = {k: np.asarray(v) for k, v in tables.items()}
+    os.makedirs(OUT, exist_ok=True)
+    device = SYSTEMS[system]
+    np.savez_compressed(os.path.join(OUT, f"{device}.npz"), **arrays)
+    np.savez_compressed(os.path.join(OUT, f"heldout_{device}.npz"), **held)
+    print(device, {k: v.shape for k, v in arrays.items() if v.ndim > 1}, {k: v.shape for k, v in held.items()})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("data_root", help="aiconfigurator_core/systems/data of an unpacked wheel")
+    ap.add_argument("--systems", nargs="*", default=list(SYSTEMS))
+    args = ap.parse_args()
+    for system in args.systems:
+        convert(args.data_root, system)
+
+
+if __name__ == "__main__":
+    main()
