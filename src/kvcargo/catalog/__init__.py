@@ -156,6 +156,18 @@ class Link(_Entry):
     latency: NonNegFloat = 10e-6
     pj_per_bit: NonNegFloat = 10.0
     channels: PositiveInt = 1
+    # ``--link-model measured`` (kvcargo.linkmodel); unset: line rate, the catalog latency.
+    message_overhead_s: NonNegFloat | None = None
+    """Fixed cost of one message (replaces ``latency`` under the measured model)."""
+    efficiency: Annotated[float, Field(gt=0, le=1)] | None = None
+    """Fraction of ``bandwidth`` a channel sustains on large messages."""
+    min_message_s: NonNegFloat | None = None
+    """Floor on the time of any message."""
+    channel_cap: PositiveFloat | None = None
+    """Host-side ceiling of one channel, bytes/s (a NIC's PCIe attachment)."""
+    layer_overhead_s: NonNegFloat | None = None
+    """Per-layer cost of layer-wise sending that does not overlap the prefill (default: a
+    multiple of ``message_overhead_s``, see kvcargo.linkmodel)."""
 
 
 class Codec(_Entry):

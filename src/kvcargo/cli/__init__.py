@@ -26,13 +26,14 @@ def _register() -> None:
         plan,
         reproduce,
         simulate,
+        step,
         sweep,
         trace_stats,
         ui,
         validate,
     )
 
-    for module in (handoff, catalog, simulate, reproduce, sweep, capacity, plan, ui, trace_stats, validate):
+    for module in (handoff, catalog, simulate, step, reproduce, sweep, capacity, plan, ui, trace_stats, validate):
         cli.add_command(module.command)
 
 
