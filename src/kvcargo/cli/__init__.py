@@ -20,6 +20,7 @@ def cli() -> None:
 
 def _register() -> None:
     from kvcargo.cli import (
+        calibrate,
         capacity,
         catalog,
         handoff,
@@ -33,7 +34,7 @@ def _register() -> None:
         validate,
     )
 
-    for module in (handoff, catalog, simulate, step, reproduce, sweep, capacity, plan, ui, trace_stats, validate):
+    for module in (handoff, catalog, simulate, step, reproduce, sweep, capacity, plan, ui, trace_stats, validate, calibrate):
         cli.add_command(module.command)
 
 
