@@ -60,12 +60,17 @@ def grid(points: dict[tuple, list[float]], axes: list[list[int]]) -> np.ndarray:
     return out
 
 
+def main_kernel(table: list[dict]) -> str:
+    """The kernel implementation with the most measurements (one per table, not a mix)."""
+    counts: dict[str, int] = defaultdict(int)
+    for r in table:
+        counts[r["kernel_source"]] += 1
+    return max(counts, key=counts.get)
+
+
 def gemm(root: str) -> tuple[dict, dict]:
     table = [r for r in rows(newest(root, "gemm/vllm/*/gemm_perf.parquet")) if r["gemm_dtype"] == "bfloat16"]
-    kernels = defaultdict(int)
-    for r in table:
-        kernels[r["kernel_source"]] += 1
-    kernel = max(kernels, key=kernels.get)
+    kernel = main_kernel(table)
     kept, held = defaultdict(list), defaultdict(list)
     for r in table:
         if r["kernel_source"] == kernel:
@@ -80,10 +85,7 @@ def gemm(root: str) -> tuple[dict, dict]:
 def attention(root: str, phase: str, size_col: str, prefix: str) -> tuple[dict, dict]:
     path = newest(root, f"attention/vllm/*/{phase}_attention_perf.parquet")
     table = [r for r in rows(path) if r["kv_cache_dtype"] == "bfloat16" and r.get("window_size", 0) == 0]
-    kernels = defaultdict(int)
-    for r in table:
-        kernels[r["kernel_source"]] += 1
-    kernel = max(kernels, key=kernels.get)
+    kernel = main_kernel(table)
     kept, held = defaultdict(list), defaultdict(list)
     for r in table:
         if r["kernel_source"] != kernel:

@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 
 from kvcargo import SimConfig, catalog, simulate
-from kvcargo.calibrated import CalibratedPool, calibrated_pool, pj_scale
 from kvcargo.calibrate import calibrate
+from kvcargo.calibrated import CalibratedPool, calibrated_pool, pj_scale
 from kvcargo.calibration_fit import builtin_constants, framework, parse_constants, read_splitwise
 from kvcargo.cli import main
 from kvcargo.cost import Pool
 from kvcargo.errors import KvcargoError
 from kvcargo.kernel_tables import load
-from kvcargo.linkmodel import layerwise_exposed, message_s, read_send_recv, rate
+from kvcargo.linkmodel import layerwise_exposed, message_s, rate, read_send_recv
 from kvcargo.steps import step
 from kvcargo.validate import run as validate_run
 from kvcargo.workload import Workload

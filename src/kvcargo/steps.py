@@ -20,7 +20,16 @@ from kvcargo.calibrated import (
     framework_of,
     tabulate,
 )
-from kvcargo.cost import LmHead, Pool, decode_step, decode_work, model_coefficients, prefill_step, prefill_work, require_fit
+from kvcargo.cost import (
+    LmHead,
+    Pool,
+    decode_step,
+    decode_work,
+    model_coefficients,
+    prefill_step,
+    prefill_work,
+    require_fit,
+)
 from kvcargo.errors import KvcargoError
 
 Phase = Literal["prefill", "decode"]

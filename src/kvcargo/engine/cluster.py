@@ -12,12 +12,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvcargo.calibrated import tabulate
+from kvcargo.catalog import Link
 from kvcargo.config import Resolved
 from kvcargo.cost import kv_capacity, model_coefficients, shape
 from kvcargo.engine import state as S
 from kvcargo.engine.loop import run_events
 from kvcargo.engine.state import Params, by_reference, grown, new_state
-from kvcargo.catalog import Link
 from kvcargo.handoff import Transfers, endpoint_work
 from kvcargo.linkmodel import effective, link_transfers
 from kvcargo.workload.traces import BLOCK_TOKENS
