@@ -20,6 +20,7 @@ from kvcargo.calibrated import (
     framework_of,
     tabulate,
 )
+from kvcargo.catalog import Model
 from kvcargo.cost import (
     LmHead,
     Pool,
@@ -52,17 +53,25 @@ def step(model: str, device: str, devices: int, phase: Phase, batch: int, length
     out: dict[str, Any] = {"model": m.key, "device": pool.device.key, "devices_per_instance": devices,
                            "cost_model": cost_model, "phase": phase, "batch": batch}
     out["prompt" if phase == "prefill" else "context"] = length
-    if cost_model == "roofline":
-        s = prefill_step(m, pool, [length] * batch, lm_head) if phase == "prefill" else decode_step(m, pool, batch, length)
-        out.update(time_s=s.time, energy_j=s.energy_j, compute_j=s.compute_j, memory_j=s.memory_j,
-                   flops=s.flops, bytes=s.bytes, bound=s.bound)
-    else:
-        out.update(_calibrated(m, pool, phase, batch, length, lm_head))
+    out.update(step_cost(m, pool, phase, batch, length, cost_model, lm_head))
     out["power_w"] = pool.idle_w + out["energy_j"] / out["time_s"]
     return out
 
 
-def _calibrated(model, pool: Pool, phase: Phase, batch: int, length: int, lm_head: LmHead) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def step_cost(model: Model, pool: Pool, phase: Phase, batch: int, length: int, cost_model: str = "roofline",
+              lm_head: LmHead = "all") -> dict[str, Any]:
+    """Time, energies, FLOPs and bytes of one step under a cost model (catalog objects)."""
+    if cost_model == "calibrated":
+        return _calibrated(model, pool, phase, batch, length, lm_head)
+    if phase == "prefill":
+        s = prefill_step(model, pool, [length] * batch, lm_head)
+    else:
+        s = decode_step(model, pool, batch, length)
+    return {"time_s": s.time, "energy_j": s.energy_j, "compute_j": s.compute_j, "memory_j": s.memory_j,
+            "flops": s.flops, "bytes": s.bytes, "bound": s.bound}
+
+
+def _calibrated(model: Model, pool: Pool, phase: Phase, batch: int, length: int, lm_head: LmHead) -> dict[str, Any]:
     """The calibrated step through the engine's lookup, with the measured parts beside it."""
     ct, cs = tabulate(model, pool, lm_head)
     mi, mf = model_coefficients(model, lm_head)
