@@ -198,6 +198,9 @@ def test_framework_interpolates_in_log_tp() -> None:
     (["step", "--phase", "prefill", "--prompt", "0"], "--prompt must be"),
     (["simulate", "--cost-model", "calibrated", "--dvfs"], "--dvfs"),
     (["calibrate"], "give --steps"),
+    (["calibrate", "--import-aiconfigurator", "h100_sxm"], "go together"),
+    (["calibrate", "--import-aiconfigurator", "l40s", "--device", "h100", "--tables", "x.npz",
+      "--aiconfigurator-data", "."], "has no vLLM GEMM table"),
 ])
 def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
     with pytest.raises(SystemExit) as exc:

@@ -97,16 +97,33 @@ def calibrate_link(path: str | Path, link_key: str, cat: Catalog, within_node: b
     return {"links": {link_key: entry}}, [FitReport(f"{link_key} send/recv", len(errs), *_stats(errs))]
 
 
+def import_tables(system: str, device: str, tables: str, cat: Catalog, data_root: str | None = None) -> dict:
+    """Convert an aiconfigurator system's tables to ``tables`` (.npz) and point ``device`` at them."""
+    from kvcargo.aiconfigurator_import import import_system
+
+    base = cat.device(device)
+    import_system(system, tables, data_root)
+    return {"devices": {device: {**base.model_dump(exclude={"key"}), "kernel_tables": str(Path(tables).resolve())}}}
+
+
 def calibrate(steps: str | None = None, send_recv: str | None = None, link: str | None = None,
-              within_node: bool = False, catalog_files: tuple[str, ...] = ()) -> tuple[str, list[FitReport]]:
-    """The overlay TOML and the fit report for the measurements given."""
-    if steps is None and send_recv is None:
-        raise KvcargoError("give --steps CSV (step times) and/or --send-recv CSV --link KEY (a send/recv curve)")
+              within_node: bool = False, catalog_files: tuple[str, ...] = (), import_system: str | None = None,
+              device: str | None = None, tables: str | None = None,
+              data_root: str | None = None) -> tuple[str, list[FitReport]]:
+    """The overlay TOML and the fit report for the measurements (or kernel tables) given."""
+    if steps is None and send_recv is None and import_system is None:
+        raise KvcargoError("give --steps CSV (step times), --send-recv CSV --link KEY (a send/recv curve) "
+                           "or --import-aiconfigurator SYSTEM --device KEY --tables FILE.npz")
+    if (import_system is None) != (device is None) or (import_system is None) != (tables is None):
+        raise KvcargoError("--import-aiconfigurator, --device and --tables go together (the system, the catalog "
+                           "device it measures, the .npz to write)")
     if (send_recv is None) != (link is None):
         raise KvcargoError("--send-recv and --link go together (the curve, and the catalog link it measures)")
     cat = catalog_mod.load(catalog_files)
     entries: dict[str, dict] = {}
     reports: list[FitReport] = []
+    if import_system is not None and device is not None and tables is not None:
+        entries.update(import_tables(import_system, device, tables, cat, data_root))
     if steps is not None:
         e, r = calibrate_steps(steps, cat, catalog_files)
         entries.update(e)

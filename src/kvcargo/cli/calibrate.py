@@ -18,17 +18,26 @@ from kvcargo.report.text import table
               help="a send/recv curve (Vidur's send_recv.csv layout) measured on --link")
 @click.option("--link", default=None, help="catalog link the --send-recv curve measures")
 @click.option("--within-node", is_flag=True, help="use the curve's rows within one node (devices_per_node 2)")
+@click.option("--import-aiconfigurator", "import_system", default=None,
+              help="convert this aiconfigurator-core system's kernel tables (needs pyarrow and the package)")
+@click.option("--device", default=None, help="catalog device the imported tables measure")
+@click.option("--tables", type=click.Path(dir_okay=False), default=None, help="the .npz to write the tables to")
+@click.option("--aiconfigurator-data", "data_root", type=click.Path(file_okay=False), default=None,
+              help="systems/data of an unpacked aiconfigurator-core wheel [default: the installed package's]")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="write the catalog overlay here [default: print it]")
 @field_options("catalog")
 @click.option("--json", "as_json", is_flag=True, help="print the fit report as JSON")
-def command(steps: str | None, send_recv: str | None, link: str | None, within_node: bool, out: str | None,
-            catalog: tuple[str, ...], as_json: bool) -> None:
+def command(steps: str | None, send_recv: str | None, link: str | None, within_node: bool,
+            import_system: str | None, device: str | None, tables: str | None, data_root: str | None,
+            out: str | None, catalog: tuple[str, ...], as_json: bool) -> None:
     """Fit per-step framework overhead and scale (per device and TP) and link efficiency to your
-    measurements; write a catalog TOML overlay for --catalog and report the fit error."""
+    measurements, or import another system's kernel tables from aiconfigurator-core; write a
+    catalog TOML overlay for --catalog and report the fit error."""
     from kvcargo.calibrate import calibrate
 
-    text, reports = calibrate(steps, send_recv, link, within_node, catalog)
+    text, reports = calibrate(steps, send_recv, link, within_node, catalog, import_system, device, tables,
+                              data_root)
     if out is not None:
         Path(out).write_text(text, encoding="utf-8")
     if as_json:
@@ -38,4 +47,5 @@ def command(steps: str | None, send_recv: str | None, link: str | None, within_n
         click.echo(text)
     rows = [[r.what, f"{r.rows:,}", f"{r.median:.1%}" if r.rows else "—", f"{r.p90:.1%}" if r.rows else "—"]
             for r in reports]
-    click.echo(table(["fit", "rows", "median |error|", "p90 |error|"], rows, "lrrr"), err=out is None)
+    if rows:
+        click.echo(table(["fit", "rows", "median |error|", "p90 |error|"], rows, "lrrr"), err=out is None)
