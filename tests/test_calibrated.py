@@ -197,6 +197,9 @@ def test_framework_interpolates_in_log_tp() -> None:
     (["step", "--phase", "decode"], "needs --context"),
     (["step", "--phase", "prefill", "--prompt", "0"], "--prompt must be"),
     (["simulate", "--cost-model", "calibrated", "--dvfs"], "--dvfs"),
+    (["simulate", "--link-model", "measured", "--mode", "colocated"], "needs --mode disagg"),
+    (["simulate", "--cost-model", "calibrated", "--model", "mixtral-8x7b", "--devices-per-instance", "2"],
+     "mixture of experts"),
     (["calibrate"], "give --steps"),
     (["calibrate", "--import-aiconfigurator", "h100_sxm"], "go together"),
     (["calibrate", "--import-aiconfigurator", "l40s", "--device", "h100", "--tables", "x.npz",
@@ -223,8 +226,8 @@ def test_calibrated_run_with_every_handoff_option() -> None:
     base = dict(requests=60, rate=4.0, cost_model="calibrated", link_model="measured")
     for extra in ({"send": "layerwise"}, {"topology": "nic", "link_sharing": "fair"},
                   {"topology": "nvlink-domain", "kv_reserve": "at-transfer"},
-                  {"kv_compress": "fp8", "kv_compress_at": "endpoint"}, {"mode": "colocated"}):
-        s = simulate(SimConfig(**base, **extra)).summary
+                  {"kv_compress": "fp8", "kv_compress_at": "endpoint"}, {"mode": "colocated", "link_model": "line-rate"}):
+        s = simulate(SimConfig(**{**base, **extra})).summary
         assert s["completed"] == 60, extra
     assert simulate(requests=60).summary != simulate(requests=60, cost_model="calibrated").summary
 

@@ -165,6 +165,8 @@ class SimConfig(BaseModel):
     def _check_calibrated(self) -> SimConfig:
         if self.cost_model == "calibrated" and self.dvfs:
             raise ValueError("--dvfs is a roofline clock model: it needs --cost-model roofline")
+        if self.link_model != "line-rate" and self.mode == "colocated":
+            raise ValueError("--link-model shapes the hand-off: it needs --mode disagg")
         return self
 
     @model_validator(mode="after")
