@@ -176,6 +176,30 @@ def test_calibrate_overlay_reproduces_the_builtin_constants(tmp_path: Path) -> N
     assert len([r for r in rows if r.model == "llama2-70b"]) == 2 * 60  # 6 (device, TP) × 10 shapes × 2 phases
 
 
+def test_calibrate_from_per_request_times_recovers_the_overheads(tmp_path: Path) -> None:
+    """TTFT/TPOT made from the model with known overheads: the fit finds them again."""
+    lines = ["model,device,tp,prompt,output,ttft_s,tpot_s,batch"]
+    for p, o, b in ((256, 64, 1), (1024, 128, 4), (3000, 200, 16), (600, 33, 8)):
+        pre = step("llama3-8b", "h100", 2, "prefill", 1, p, "calibrated", "last")["parts_s"]  # as the fit
+        k_pre = pre["layers"] + pre["attention"] + pre["logits"]
+        dec = step("llama3-8b", "h100", 2, "decode", b, int(p + o / 2), "calibrated")["parts_s"]
+        k_dec = dec["layers"] + dec["attention"] + dec["logits"]
+        lines.append(f"llama3-8b,h100,2,{p},{o},{1.3 * k_pre + 0.004!r},{k_dec + 0.002!r},{b}")
+    path = tmp_path / "bench.csv"
+    path.write_text("\n".join(lines) + "\n")
+    text, reports = calibrate(steps=str(path))
+    f = parse_constants({"h100": catalog.load([str(_write(tmp_path, text))]).device("h100").framework})[("h100", 2)]
+    assert f.prefill_scale == pytest.approx(1.3, rel=1e-3) and f.prefill_overhead_s == pytest.approx(0.004, rel=1e-2)
+    assert f.decode_overhead_s == pytest.approx(0.002, rel=1e-2)
+    assert all(r.median < 0.01 for r in reports)
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    out = tmp_path / "overlay.toml"
+    out.write_text(text)
+    return out
+
+
 def test_framework_interpolates_in_log_tp() -> None:
     t = {("x", 2): parse_constants({"x": {"tp2": {"decode_overhead_s": 0.01}}})[("x", 2)],
          ("x", 8): parse_constants({"x": {"tp8": {"decode_overhead_s": 0.03}}})[("x", 8)]}

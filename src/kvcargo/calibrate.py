@@ -1,7 +1,7 @@
 """``kvcargo calibrate``: fit the calibrated models' free constants to a user's measurements and
 write them as a catalog overlay (``--catalog FILE`` applies it).
 
-* step times (``--steps CSV``): per (device, TP) the framework constants of
+* step times or per-request TTFT/TPOT (``--steps CSV``): per (device, TP) the framework constants of
   :mod:`kvcargo.calibration_fit`, written into the device's ``framework`` field;
 * a send/recv curve (``--send-recv CSV --link KEY``): the link's ``message_overhead_s`` and
   ``efficiency`` (:mod:`kvcargo.linkmodel`).

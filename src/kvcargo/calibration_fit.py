@@ -121,9 +121,36 @@ def read_splitwise(path: str | Path) -> list[StepRow]:
     return rows
 
 
+def read_requests(path: str | Path) -> list[StepRow]:
+    """Per-request TTFT/TPOT of a benchmark run (``model,device,tp,prompt,output,ttft_s,tpot_s``,
+    optional ``batch``: the concurrency the run held) as steps: TTFT is one prefill of the prompt,
+    TPOT one decode step at the mid-output context. Valid for runs without queueing (one request
+    at a time, or a fixed concurrency below the server's limits)."""
+    need = ("model", "device", "tp", "prompt", "output", "ttft_s", "tpot_s")
+    rows = []
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in need if c not in (reader.fieldnames or [])]
+        if missing:
+            raise KvcargoError(f"{path}: missing columns {', '.join(missing)}")
+        for i, r in enumerate(reader, start=2):
+            try:
+                p, o, b = int(r["prompt"]), int(r["output"]), int(r.get("batch") or 1)
+                ttft, tpot = float(r["ttft_s"]), float(r["tpot_s"])
+                tp = int(r["tp"])
+            except ValueError as exc:
+                raise KvcargoError(f"{path}, line {i}: {exc}") from None
+            if min(p, o, b, tp) < 1 or not (ttft > 0 and tpot > 0):
+                raise KvcargoError(f"{path}, line {i}: prompt, output, batch, tp must be >= 1 and times > 0")
+            rows.append(StepRow(r["model"], r["device"], tp, "prefill", 1, p, ttft))
+            if o > 1:
+                rows.append(StepRow(r["model"], r["device"], tp, "decode", b, p + o / 2, tpot))
+    return rows
+
+
 def read_steps(path: str | Path) -> list[StepRow]:
-    """A CSV of step times: ``model,device,tp,phase,batch,tokens,time_s`` (a header row), or
-    Splitwise's ``perf_model.csv`` layout."""
+    """A CSV of step times: ``model,device,tp,phase,batch,tokens,time_s`` (a header row),
+    per-request TTFT/TPOT (:func:`read_requests`) or Splitwise's ``perf_model.csv`` layout."""
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             header = next(csv.reader(fh), [])
@@ -131,6 +158,8 @@ def read_steps(path: str | Path) -> list[StepRow]:
         raise KvcargoError(f"{path}: cannot read ({exc.strerror})") from None
     if "prompt_time" in header:
         return read_splitwise(path)
+    if "ttft_s" in header:
+        return read_requests(path)
     need = ("model", "device", "tp", "phase", "batch", "tokens", "time_s")
     missing = [c for c in need if c not in header]
     if missing:
@@ -153,7 +182,8 @@ def read_steps(path: str | Path) -> list[StepRow]:
 
 
 def kernel_time(row: StepRow, catalog_files: tuple[str, ...] = ()) -> float:
-    """The calibrated model's kernel time for a measured step (no scale, no overhead)."""
+    """The calibrated model's kernel time for a measured step (no scale, no overhead; the LM head
+    over the last prompt token, as serving frameworks compute it)."""
     from kvcargo import catalog
     from kvcargo.calibrated import CalibratedPool, check_supported
     from kvcargo.cost import Pool

@@ -13,7 +13,8 @@ from kvcargo.report.text import table
 
 @click.command("calibrate")
 @click.option("--steps", type=click.Path(dir_okay=False), default=None,
-              help="step times: CSV with model,device,tp,phase,batch,tokens,time_s (or Splitwise's perf_model.csv)")
+              help="step times: CSV with model,device,tp,phase,batch,tokens,time_s; or per-request "
+                   "model,device,tp,prompt,output,ttft_s,tpot_s[,batch]; or Splitwise's perf_model.csv")
 @click.option("--send-recv", type=click.Path(dir_okay=False), default=None,
               help="a send/recv curve (Vidur's send_recv.csv layout) measured on --link")
 @click.option("--link", default=None, help="catalog link the --send-recv curve measures")
