@@ -94,6 +94,20 @@ def test_tensor_parallel_splits_the_work() -> None:
     assert eight.layer_tokens_s(x)[0] < one.layer_tokens_s(x)[0] / 3
 
 
+def test_sliding_window_caps_the_attention() -> None:
+    """Mistral-7B with a 4,096-token window: decode attention at 32k context equals the full
+    model's at 4,096 tokens; below the window the two models cost the same."""
+    cat = catalog.builtin()
+    full, swa = cat.model("mistral-7b"), cat.model("mistral-7b-swa")
+    pool = Pool(cat.device("h100"))
+    a, b = calibrated_pool(full, pool), calibrated_pool(swa, pool)
+    w = float(swa.sliding_window)
+    one = np.array([1.0])
+    assert b.generation_s(one, np.array([8 * w]))[0] == pytest.approx(a.generation_s(one, np.array([w]))[0])
+    assert b.generation_s(one, np.array([w / 2]))[0] == a.generation_s(one, np.array([w / 2]))[0]
+    assert b.context_s(one, np.array([2 * w]))[0] == pytest.approx(a.context_s(one, np.array([2 * w]))[0] / 2)
+
+
 def test_power_is_consistent_with_the_calibrated_rate() -> None:
     """Uncapped, a compute-bound calibrated prefill stays under the power budget (not throttled);
     capped, it is stretched to energy / budget and its dynamic power is the budget."""

@@ -97,13 +97,35 @@ class CalibratedPool:
         """The LM head over ``m`` tokens (vocabulary split t ways)."""
         return self.tables.gemm(m, -(-self.model.vocab // self.tp), self.model.d_model)
 
+    @property
+    def windowed_layers(self) -> int:
+        """Layers with sliding-window attention (0 without a window)."""
+        m = self.model
+        if m.sliding_window is None:
+            return 0
+        return m.layers if m.window_layers is None else m.window_layers
+
     def context_s(self, batch: np.ndarray, prompt: np.ndarray) -> np.ndarray:
-        return self.model.layers * self.tables.context_attention(self.heads, self.kv_heads, self.head_dim,
-                                                                 batch, prompt)
+        """Every layer's prefill attention; a windowed layer attends to at most ``window`` tokens,
+        charged as the full kernel scaled by ``min(s, window) / s``."""
+        full = self.tables.context_attention(self.heads, self.kv_heads, self.head_dim, batch, prompt)
+        w = self.windowed_layers
+        if not w:
+            return self.model.layers * full
+        p = np.asarray(prompt, dtype=np.float64)
+        windowed = full * np.minimum(p, self.model.sliding_window) / p
+        return (self.model.layers - w) * full + w * windowed
 
     def generation_s(self, batch: np.ndarray, kv_len: np.ndarray) -> np.ndarray:
-        return self.model.layers * self.tables.generation_attention(self.heads, self.kv_heads, self.head_dim,
-                                                                    batch, kv_len)
+        """Every layer's decode attention; a windowed layer reads at most ``window`` cached tokens."""
+        g = self.tables.generation_attention
+        full = g(self.heads, self.kv_heads, self.head_dim, batch, kv_len)
+        w = self.windowed_layers
+        if not w:
+            return self.model.layers * full
+        capped = g(self.heads, self.kv_heads, self.head_dim, batch,
+                   np.minimum(np.asarray(kv_len, dtype=np.float64), self.model.sliding_window))
+        return (self.model.layers - w) * full + w * capped
 
 
 def check_supported(model: Model, pool: Pool) -> None:

@@ -74,7 +74,10 @@ def kernel_rows() -> list:
         with resources.as_file(source) as p:
             held = dict(np.load(p))
         g = held["gemm"]
-        pred = np.array([t.gemm(np.array([m]), n, k)[0] for m, n, k, _ in g])
+        pred = np.empty(len(g))
+        for n, k in {(n, k) for n, k in g[:, 1:3].tolist()}:  # one vectorised lookup per (n, k)
+            sel = (g[:, 1] == n) & (g[:, 2] == k)
+            pred[sel] = t.gemm(g[sel, 0], n, k)
         out.append(_row(f"{dev}: GEMMs at unseen n or k (2560, 3584, 5120, 10240)", src,
                         pred / (g[:, 3] * 1e-3) - 1, *KERNEL_TARGET))
         kinds: list[tuple[str, str, Callable, float]] = [
