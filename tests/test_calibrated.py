@@ -23,10 +23,11 @@ from kvcargo.calibration_fit import builtin_constants, framework, parse_constant
 from kvcargo.cli import main
 from kvcargo.cost import Pool
 from kvcargo.errors import KvcargoError
-from kvcargo.kernel_tables import load
+from kvcargo.kernel_tables import builtin_arrays, from_arrays, load
 from kvcargo.linkmodel import layerwise_exposed, message_s, rate, read_send_recv
 from kvcargo.steps import step
 from kvcargo.validate import run as validate_run
+from kvcargo.validate_calibrated import merged_arrays, step_rows
 from kvcargo.workload import Workload
 
 CAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "calibration"
@@ -76,9 +77,20 @@ def test_single_request_timestamps_are_the_step_costs() -> None:
 def test_held_out_kernel_shapes_meet_the_targets() -> None:
     """Interpolation error on measurements the tables never saw: median ≤ 5%, p90 ≤ 15%."""
     rows = [r for r in validate_run(["calibrated"]) if r.what.split(":")[0] in ("h100", "a100", "h200", "b200")]
-    assert len(rows) == 12
+    assert len(rows) == 16  # per device: GEMMs, context and generation attention, whole steps
     for r in rows:
         assert r.status == "ok", (r.what, r.kvcargo)
+
+
+def test_held_out_models_step_times_meet_the_targets() -> None:
+    """Whole steps of Qwen2.5-7B/32B and Gemma-2-9B at TP 1–8 (dimensions and head configurations
+    held out of the tables) against the same steps from every measured kernel."""
+    merged = from_arrays(merged_arrays("h100"))
+    g = builtin_arrays("heldout_h100")["gemm"][::997]
+    for m, n, k, ms in g:
+        assert merged.gemm(np.array([m]), n, k)[0] == pytest.approx(ms * 1e-3, rel=1e-9)
+    rows = step_rows()
+    assert len(rows) == 4 and all(r.status == "ok" for r in rows)
 
 
 def test_tensor_parallel_splits_the_work() -> None:

@@ -179,13 +179,23 @@ def load(device: str, path: str | None = None) -> KernelTables:
         if device not in BUILTIN:
             raise KvcargoError(f"the calibrated cost model has measured kernel tables for {', '.join(BUILTIN)}, "
                                f"not {device!r} (give the device a kernel_tables file in a --catalog overlay)")
-        source = resources.files("kvcargo.data").joinpath(f"calibration/{device}.npz")
-        with resources.as_file(source) as p:
-            raw = dict(np.load(p))
+        raw = builtin_arrays(device)
     else:
         if not Path(path).is_file():
             raise KvcargoError(f"device {device!r}: kernel_tables file {path} not found")
         raw = dict(np.load(path))
+    return from_arrays(raw)
+
+
+def builtin_arrays(name: str) -> dict[str, np.ndarray]:
+    """A built-in ``data/calibration/<name>.npz`` as arrays."""
+    source = resources.files("kvcargo.data").joinpath(f"calibration/{name}.npz")
+    with resources.as_file(source) as p:
+        return dict(np.load(p))
+
+
+def from_arrays(raw: dict[str, np.ndarray]) -> KernelTables:
+    """Tables from the converter's arrays (milliseconds, NaN where unmeasured)."""
     g_axes = (raw["gemm_m"].astype(np.float64), raw["gemm_n"].astype(np.float64), raw["gemm_k"].astype(np.float64))
     ctx_cfg, ctx = _keep_measured(raw["ctx_cfg"], raw["ctx_ms"])
     gen_cfg, gen = _keep_measured(raw["gen_cfg"], raw["gen_ms"])

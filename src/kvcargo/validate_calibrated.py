@@ -4,7 +4,9 @@ Each row is an error statistic — median and 90th percentile of ``|kvcargo / me
 beside its target, with honest labels of what was and was not used to fit:
 
 * kernel tables: the GEMM columns and attention head configurations the converter held out of
-  the interpolated tables (``heldout_<device>.npz``, exact measured latencies);
+  the interpolated tables (``heldout_<device>.npz``, exact measured latencies), kernel by kernel
+  and as whole steps of the models whose shapes they are (the reference step is assembled from
+  every measured kernel, the held-out cells put back);
 * Splitwise end to end (``perf_model_fit.csv``): the built-in framework constants are fitted to
   all of these rows, so they are in-sample; a second row refits on the small steps only and
   scores the large ones (batch 8 or 4,096+ tokens in prefill; batch 8 or 1,024+ output in decode);
@@ -176,4 +178,74 @@ def measured_value(check: dict) -> float:
 def results() -> list:
     """Every calibrated row."""
     root = data_dir()
-    return kernel_rows() + splitwise_rows(root) + link_rows(root)
+    return kernel_rows() + step_rows() + splitwise_rows(root) + link_rows(root)
+
+
+# ------------------------------------------------------------- step level, held-out models
+
+HELD_MODELS = (("qwen2.5-7b", (1, 2, 4)), ("qwen2.5-32b", (1, 2, 4, 8)), ("gemma2-9b", (1, 2, 4)))
+"""Models whose dimensions (d_model 3584 or 5120) and per-device head configurations the tables
+held out, at the TP degrees scored."""
+PREFILL_SHAPES = ((1, 128), (1, 512), (1, 2048), (1, 8192), (4, 512), (8, 2048))
+DECODE_SHAPES = ((1, 512), (8, 512), (8, 4096), (64, 1024), (256, 2048))
+
+
+def merged_arrays(dev: str) -> dict[str, np.ndarray]:
+    """The converter's arrays with the held-out measurements put back: every measured cell."""
+    from kvcargo.kernel_tables import builtin_arrays
+
+    raw, held = builtin_arrays(dev), builtin_arrays(f"heldout_{dev}")
+    out = dict(raw)
+    g = held["gemm"]
+    axes = [raw["gemm_m"], np.union1d(raw["gemm_n"], g[:, 1]), np.union1d(raw["gemm_k"], g[:, 2])]
+    z = np.full([len(a) for a in axes], np.nan, dtype=np.float64)
+    i_n, i_k = np.searchsorted(axes[1], raw["gemm_n"]), np.searchsorted(axes[2], raw["gemm_k"])
+    z[:, i_n[:, None], i_k[None, :]] = raw["gemm_ms"]
+    z[np.searchsorted(axes[0], g[:, 0]), np.searchsorted(axes[1], g[:, 1]), np.searchsorted(axes[2], g[:, 2])] = g[:, 3]
+    out.update(gemm_n=axes[1], gemm_k=axes[2], gemm_ms=z)
+    for key in ("ctx", "gen"):
+        r = held[key]
+        cfgs = [tuple(c) for c in raw[f"{key}_cfg"].tolist()]
+        extra = sorted({tuple(int(v) for v in row[:3]) for row in r.tolist()} - set(cfgs))
+        all_cfg = cfgs + extra
+        zz = np.full((len(all_cfg), *raw[f"{key}_ms"].shape[1:]), np.nan)
+        zz[: len(cfgs)] = raw[f"{key}_ms"]
+        index = {c: i for i, c in enumerate(all_cfg)}
+        for h, kv, d, b, s, ms in r.tolist():
+            zz[index[(int(h), int(kv), int(d))], np.searchsorted(raw[f"{key}_b"], b),
+               np.searchsorted(raw[f"{key}_s"], s)] = ms
+        out[f"{key}_cfg"], out[f"{key}_ms"] = np.array(all_cfg, dtype=np.int64), zz
+    return out
+
+
+def step_rows() -> list:
+    """Kernel step times of held-out models: the shipped (thinned) tables against the same step
+    assembled from every measured cell."""
+    from kvcargo import catalog
+    from kvcargo.calibrated import CalibratedPool
+    from kvcargo.kernel_tables import from_arrays
+
+    src = "aiconfigurator-core (NVIDIA, Apache-2.0): steps of held-out models from measured kernels"
+    cat = catalog.builtin()
+    out = []
+    for dev in BUILTIN:
+        full, thin = from_arrays(merged_arrays(dev)), load(dev)
+        errors = []
+        for key, tps in HELD_MODELS:
+            model = cat.model(key)
+            if model.head_dim not in thin.ctx_cfg[:, 2]:
+                continue  # the device has no measured kernels of this head size (A100: 128 only)
+            for tp in tps:
+                pools = [CalibratedPool(model, cat.device(dev), tp, t) for t in (thin, full)]
+                for b, s in PREFILL_SHAPES:
+                    x, bb = np.array([float(b * s)]), np.array([float(b)])
+                    t = [p.layer_tokens_s(x) + p.logits_s(bb) + p.context_s(bb, np.array([float(s)])) for p in pools]
+                    errors.append(float(t[0][0] / t[1][0] - 1))
+                for b, c in DECODE_SHAPES:
+                    bb = np.array([float(b)])
+                    t = [p.layer_tokens_s(bb) + p.logits_s(bb) + p.generation_s(bb, np.array([c + 1.0])) for p in pools]
+                    errors.append(float(t[0][0] / t[1][0] - 1))
+        out.append(_row(f"{dev}: step times of Qwen2.5-7B/32B, Gemma-2-9B at TP 1-8 (held-out shapes)", src,
+                        np.array(errors), *KERNEL_TARGET,
+                        note="the same step from every measured kernel (held-out cells put back) is the reference"))
+    return out
