@@ -263,6 +263,14 @@ def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], args: list[st
     assert message in err and len(err.strip().splitlines()) == 1
 
 
+def test_non_bf16_models_are_refused(tmp_path: Path) -> None:
+    cat = tmp_path / "fp8.toml"
+    cat.write_text('[models.small-fp8]\nlayers = 2\nd_model = 1024\nheads = 8\nkv_heads = 8\nd_ff = 4096\n'
+                   'vocab = 32000\nweight_bytes = 1.0\n')
+    with pytest.raises(KvcargoError, match="bf16 kernel tables only"):
+        step("small-fp8", "h100", 1, "decode", 1, 10, "calibrated", catalog=(str(cat),))
+
+
 def test_step_json(capsys: pytest.CaptureFixture[str]) -> None:
     main(["step", "--phase", "decode", "--batch", "8", "--context", "512", "--json"])
     r = json.loads(capsys.readouterr().out)

@@ -136,8 +136,9 @@ def check_supported(model: Model, pool: Pool) -> None:
     if model.kv_layout == "mla":
         raise KvcargoError(f"--cost-model calibrated has no measured MLA kernels; {model.key} uses MLA "
                            "(use --cost-model roofline)")
-    if pool.precision != "bf16":
-        raise KvcargoError("--cost-model calibrated has bf16 kernel tables only")
+    if pool.precision != "bf16" or model.weight_bytes != 2 or model.kv_bytes != 2:
+        raise KvcargoError(f"--cost-model calibrated has bf16 kernel tables only; {model.key} keeps "
+                           f"{model.weight_bytes:g}-byte weights and {model.kv_bytes:g}-byte KV (use --cost-model roofline)")
 
 
 def calibrated_pool(model: Model, pool: Pool) -> CalibratedPool:
