@@ -15,7 +15,7 @@ from kvcargo.report.text import seconds, table
 @click.option("--device", default="h100", show_default=True, help="device key (kvcargo catalog devices)")
 @click.option("--devices-per-instance", type=int, default=1, show_default=True,
               help="devices of the instance (tensor parallel over all of them under --cost-model calibrated)")
-@click.option("--phase", type=click.Choice(["prefill", "decode"]), required=True)
+@click.option("--phase", type=click.Choice(["prefill", "decode"]), required=True, help="which step")
 @click.option("--batch", type=int, default=1, show_default=True, help="prompts (prefill) or sequences (decode)")
 @click.option("--prompt", type=int, default=None, help="prefill: tokens of each prompt")
 @click.option("--context", type=int, default=None, help="decode: tokens of context of each sequence")
