@@ -117,7 +117,7 @@ def splitwise_rows(root: Path | None) -> list:
 
     def large(r) -> bool:  # type: ignore[no-untyped-def]
         return r.batch >= 8 or (r.phase == "prefill" and r.batch * r.tokens >= 4096) or (
-            r.phase == "decode" and r.tokens >= 512 + 512)
+            r.phase == "decode" and r.tokens >= 1024)
 
     table = fit([r for r in rows if not large(r)])
     for phase in ("decode", "prefill"):
