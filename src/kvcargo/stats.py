@@ -2,9 +2,9 @@
 
 * :func:`exact_sum` — the correctly rounded sum (``math.fsum``'s result: it is unique, so a
   compiled Shewchuk summation gives the same float); means are ``exact_sum / n`` as
-  ``statistics.fmean``.
-* :func:`percentile` — numpy's default ('linear') percentile from order statistics found by
-  partial sorting (O(n) instead of a full sort).
+  ``statistics.fmean`` (:func:`exact_weighted_mean` also for a sample given as multiplicities).
+* :func:`percentiles` — the reference's linear interpolation between order statistics
+  (reference-semantics §7), from order statistics found by partial sorting (O(n), not a sort).
 * :func:`weighted_order_stat` — order statistics of a sample given as (value, multiplicity).
 """
 
@@ -77,20 +77,45 @@ def exact_mean(x: np.ndarray) -> float:
     return exact_sum(x) / len(x) if len(x) else math.nan
 
 
+def _split(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Veltkamp's split: ``a = hi + lo`` exactly, each half with at most 26 significant bits."""
+    c = 134217729.0 * a  # 2^27 + 1
+    hi = c - (c - a)
+    return hi, a - hi
+
+
+def exact_weighted_mean(values: np.ndarray, weights: np.ndarray) -> float:
+    """``statistics.fmean`` of the sample where ``values[i]`` occurs ``weights[i]`` times, without
+    expanding it: every product ``value·weight`` is the exact sum of two floats (Dekker's
+    two-product), and the correctly rounded sum of those is the expanded sample's ``fsum``."""
+    v = np.asarray(values, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    n = int(np.asarray(weights).sum())
+    if n == 0:
+        return math.nan
+    p = v * w
+    vh, vl = _split(v)
+    wh, wl = _split(w)
+    err = ((vh * wh - p) + vh * wl + vl * wh) + vl * wl
+    return exact_sum(np.concatenate([p, err])) / n
+
+
 def _lerp(a: float, b: float, t: float) -> float:
-    """numpy's interpolation, including its switch to ``b - (b - a)(1 - t)`` for t ≥ 0.5."""
-    diff = b - a
-    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
+    """``a + (b − a)·t`` for every fraction t (numpy's percentile switches to
+    ``b − (b − a)(1 − t)`` for t ≥ 0.5, which differs in the last bit)."""
+    return a + (b - a) * t
 
 
 def _ranks(n: int, p: float) -> tuple[int, int, float]:
-    virtual = (n - 1) * (p / 100)
-    lo = math.floor(virtual)
-    return lo, min(lo + 1, n - 1), virtual - lo
+    """Order statistics and fraction of the p-th percentile of n values:
+    ``k = ((n − 1)·p)/100`` (product first, then one division), ``⌊k⌋``, ``⌈k⌉``, ``k − ⌊k⌋``."""
+    k = ((n - 1) * p) / 100
+    lo = math.floor(k)
+    return lo, math.ceil(k), k - lo
 
 
 def percentiles(x: np.ndarray, ps: tuple[float, ...]) -> list[float]:
-    """numpy's ``percentile(x, p)`` for each p (NaN when empty), by partial sorting."""
+    """The p-th percentile of ``x`` for each p (NaN when empty), by partial sorting."""
     n = len(x)
     if n == 0:
         return [math.nan] * len(ps)
