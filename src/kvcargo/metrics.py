@@ -188,6 +188,8 @@ def summarize(out: EngineOutput) -> dict[str, Any]:
     latency = out.finish[done] - out.arrival[done]
     s["littles_population"] = float(np.sum(latency)) / H if H > 0 else math.nan
     s["littles_expected"] = s["req_per_s"] * exact_mean(latency)
+    s["clipped_prompts"] = res.workload.clipped_prompts
+    s["clipped_outputs"] = res.workload.clipped_outputs
     return s
 
 

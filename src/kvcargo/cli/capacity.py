@@ -32,12 +32,19 @@ def command(target: float, rtol: float, no_search: bool, plot: str | None, as_js
     if params.get("rate") is not None:
         raise KvcargoError("capacity searches the arrival rate: drop --rate")
     check_target(target, rtol)
+    if plot:
+        from kvcargo.report.plots import check_plot
+
+        check_plot(plot)
     config = config_from(params)
     data = capacity(config, target, rtol, do_search=not no_search)
     if plot:
         from kvcargo.report.plots import capacity_figure
 
-        capacity_figure(data, plot)
+        from kvcargo.outputs import atomic_path
+
+        with atomic_path(plot) as tmp:
+            capacity_figure(data, tmp)
     if as_json:
         click.echo(json.dumps(jsonable(data), indent=2))
     else:

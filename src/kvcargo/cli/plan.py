@@ -54,6 +54,10 @@ def command(gpus: int | None, usd: float | None, power_w: float | None, cost: st
     from kvcargo.cli.options import config_from, given_params
     from kvcargo.planner import plan as plan_mod
 
+    if plot:
+        from kvcargo.report.plots import check_plot
+
+        check_plot(plot)
     given = set(given_params(params))
     target_rate = params.get("rate")
     base = config_from({k: v for k, v in params.items() if k != "rate"})
@@ -83,10 +87,12 @@ def command(gpus: int | None, usd: float | None, power_w: float | None, cost: st
                 bar.close()
         result.backend = describe_backend(be)
     if plot:
+        from kvcargo.outputs import atomic_path
         from kvcargo.report.plots import pareto_figure
 
-        pareto_figure([c.row() for c in result.candidates], plot, result.cost,
-                      result.best.label if result.best else None)
+        with atomic_path(plot) as tmp:
+            pareto_figure([c.row() for c in result.candidates], tmp, result.cost,
+                          result.best.label if result.best else None)
     if as_json:
         click.echo(json.dumps(jsonable(result.as_dict()), indent=2))
     else:

@@ -12,6 +12,7 @@ import click
 
 from kvcargo.cli.options import given_params, sim_options
 from kvcargo.cli.simulate import jsonable
+from kvcargo.outputs import atomic_path
 
 
 def backend_options(fn: Callable) -> Callable:
@@ -77,6 +78,7 @@ def command(sweep_file: str | None, vary: tuple[str, ...], out: str | None, fres
     from kvcargo.planner import grid as grid_mod
     from kvcargo.planner.sweep import run_sweep
 
+    check_outputs(out, plot)
     grid = grid_mod.build(given_values(params), vary, sweep_file)
     x, by = plot_axes(grid.varied, x_axis)
     with open_backend(backend, workers, address) as be:
@@ -88,7 +90,8 @@ def command(sweep_file: str | None, vary: tuple[str, ...], out: str | None, fres
     if plot:
         from kvcargo.report.plots import sweep_figure
 
-        sweep_figure(result.grid_rows, plot, x, by)
+        with atomic_path(plot) as tmp:
+            sweep_figure(result.grid_rows, tmp, x, by)
     if as_json:
         click.echo(json.dumps(jsonable(result.grid_rows), indent=2))
         return
@@ -110,6 +113,19 @@ def command(sweep_file: str | None, vary: tuple[str, ...], out: str | None, fres
     if where:
         tail += "; wrote " + ", ".join(where)
     click.echo(tail)
+
+
+def check_outputs(out: str | None, plot: str | None) -> None:
+    """Refuse unwritable outputs before any run: --out (its CSV and Parquet files) and --plot."""
+    from kvcargo.outputs import check_output
+    from kvcargo.planner.sweep import output_paths
+    from kvcargo.report.plots import check_plot
+
+    if out:
+        for path in output_paths(out):
+            check_output(path, "--out")
+    if plot:
+        check_plot(plot)
 
 
 def describe_backend(be) -> str:

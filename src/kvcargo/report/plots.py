@@ -28,6 +28,15 @@ def _kind(path: str | Path) -> str:
     raise KvcargoError(f"--plot {str(path)!r}: use a .png, .svg, .pdf (matplotlib) or .html (plotly) file")
 
 
+def check_plot(path: str | Path, flag: str = "--plot") -> Path:
+    """Refuse a plot path before any work: unwritable, an unknown format, or its library missing."""
+    from kvcargo.outputs import check_output
+
+    p = check_output(path, flag, STATIC + INTERACTIVE)
+    _pyplot() if _kind(p) == "static" else _plotly()
+    return p
+
+
 def _pyplot():
     try:
         import matplotlib

@@ -6,7 +6,7 @@ from typing import Any
 
 from kvcargo.config import DEFAULT_RATE
 from kvcargo.metrics import STAGES
-from kvcargo.report.text import bytes_, ms, pct, seconds, table
+from kvcargo.report.text import bytes_, count, ms, pct, seconds, table
 
 
 def describe_config(c: dict[str, Any], with_rate: bool = True) -> str:
@@ -34,6 +34,9 @@ def render(config: dict[str, Any], s: dict[str, Any]) -> str:
                + (f" ({s['rejected']:,} rejected: KV never fits)" if s["rejected"] else "")
                + f" in {seconds(s['horizon_s'])} simulated; latency over {s['steady_requests']:,} "
                "steady requests (first 10% are warm-up)")
+    if s.get("clipped_prompts") or s.get("clipped_outputs"):
+        out.append(f"the generator clipped {count(s['clipped_prompts'], 'prompt length')} and "
+                   f"{count(s['clipped_outputs'], 'output length')} to [1, {config['max_length']:,}] tokens")
     out += ["", "Latency (ms)"]
     rows = []
     for key, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"), ("handoff", "hand-off")):
