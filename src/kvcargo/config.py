@@ -96,7 +96,8 @@ class SimConfig(BaseModel):
     dvfs: bool = False
     """Lower the compute clock on memory-bound steps."""
     workload_file: str | None = None
-    """Replay a trace (CSV, JSON rows, Mooncake JSONL, Azure 2023 CSV)."""
+    """Replay a trace (CSV, JSON rows, Mooncake JSONL, Azure 2023 CSV), or a built-in one by name
+    (kvcargo catalog traces: mooncake-conversation, azure-code-2023, ...)."""
     # Trace replay (with workload_file); see kvcargo.workload.traces.
     time_scale: Positive | None = None
     """Multiply the trace's arrival times by this (0.5 replays twice as fast)."""

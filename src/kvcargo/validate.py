@@ -87,13 +87,15 @@ def shown(value: float, unit: str, digits: int) -> str:
 
 
 def find_trace_dir(trace_dir: str | Path | None = None) -> Path | None:
-    """The first existing trace directory: the argument, ``$KVCARGO_TRACE_DIR``, then
-    :data:`TRACE_DIRS` under the current directory."""
+    """The first existing trace directory: the argument, ``$KVCARGO_TRACE_DIR``,
+    :data:`TRACE_DIRS` under the current directory, then the built-in traces."""
+    from kvcargo.workload.builtin import trace_dir as builtin_dir
+
     candidates = [trace_dir, os.environ.get("KVCARGO_TRACE_DIR"), *TRACE_DIRS]
     for c in candidates:
         if c and Path(c).is_dir():
             return Path(c)
-    return None
+    return builtin_dir()
 
 
 # ------------------------------------------------------------------------- what kvcargo computes
