@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from kvcargo import catalog as catalog_mod
 from kvcargo.catalog import Catalog, Link, Model
 from kvcargo.cost import LmHead, Pool, model_coefficients, require_fit
-from kvcargo.errors import KvcargoError
+from kvcargo.errors import KvcargoError, shown
 from kvcargo.handoff import Compression
 from kvcargo.limits import REFERENCE_MAX_LENGTH, check_ranges, check_workload, number
 from kvcargo.workload import LengthDist, Workload, generate
@@ -230,8 +230,8 @@ def describe(exc: ValidationError) -> str:
     if err["type"] == "extra_forbidden":
         return f"unknown parameter {flag}"
     value = err.get("input")
-    shown = f" (got {value!r})" if value is not None and not isinstance(value, dict) else ""
-    return f"invalid {flag}{shown}: {msg}"
+    got = f" (got {shown(value)})" if value is not None and not isinstance(value, dict) else ""
+    return f"invalid {flag}{got}: {msg}"
 
 
 @dataclass(frozen=True)
