@@ -48,7 +48,8 @@ class Bound:
 
     def check(self, flag: str, value: float) -> None:
         """Raise KvcargoError naming ``flag``, the range and its reason when ``value`` is outside."""
-        if (self.lo is not None and value < self.lo) or (self.hi is not None and value > self.hi):
+        inside = (self.lo is None or value >= self.lo) and (self.hi is None or value <= self.hi)
+        if not inside:  # (NaN is never inside)
             raise KvcargoError(f"{flag} {value:g} is out of range: {self.text()} ({self.reason})")
 
 

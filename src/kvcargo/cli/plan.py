@@ -60,6 +60,10 @@ def command(gpus: int | None, usd: float | None, power_w: float | None, cost: st
         check_plot(plot)
     given = set(given_params(params))
     target_rate = params.get("rate")
+    if target_rate is not None:
+        from kvcargo.limits import RANGES
+
+        RANGES["rate"].check("--rate", target_rate)
     base = config_from({k: v for k, v in params.items() if k != "rate"})
     budget = plan_mod.Budget(gpus, usd, power_w)
     space = plan_mod.build_space(

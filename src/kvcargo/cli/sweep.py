@@ -78,6 +78,8 @@ def command(sweep_file: str | None, vary: tuple[str, ...], out: str | None, fres
     from kvcargo.planner import grid as grid_mod
     from kvcargo.planner.sweep import run_sweep
 
+    if (fresh or retry_failed) and not out:
+        raise click.UsageError(f"--{'fresh' if fresh else 'retry-failed'} acts on the rows of --out: give --out FILE.csv")
     check_outputs(out, plot)
     grid = grid_mod.build(given_values(params), vary, sweep_file)
     x, by = plot_axes(grid.varied, x_axis)
