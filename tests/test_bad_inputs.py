@@ -14,8 +14,8 @@ import shlex
 from pathlib import Path
 
 import pytest
-
 from bad_inputs import make_fixtures
+
 from kvcargo.cli import main
 
 CLI_CASES = [

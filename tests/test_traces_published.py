@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from kvcargo.workload.builtin import trace_dir
 from kvcargo.workload.stats import trace_stats

@@ -10,6 +10,7 @@ import click
 
 from kvcargo.cli.options import config_from, sim_options
 from kvcargo.cli.simulate import jsonable
+from kvcargo.report.text import count
 
 
 @click.command("capacity")
@@ -39,9 +40,8 @@ def command(target: float, rtol: float, no_search: bool, plot: str | None, as_js
     config = config_from(params)
     data = capacity(config, target, rtol, do_search=not no_search)
     if plot:
-        from kvcargo.report.plots import capacity_figure
-
         from kvcargo.outputs import atomic_path
+        from kvcargo.report.plots import capacity_figure
 
         with atomic_path(plot) as tmp:
             capacity_figure(data, tmp)
@@ -92,7 +92,7 @@ def render(data: dict[str, Any]) -> str:
         else:
             lines.append(f"No sustainable rate: below {s['hi']:.3g} req/s still fewer than "
                          f"{100 * s['target']:g}% of requests meet {slo}")
-        lines.append(f"found in {s['simulations']} simulations of {c['requests']} requests "
+        lines.append(f"found in {count(s['simulations'], 'simulation')} of {count(c['requests'], 'request')} "
                      f"(seed {c['seed']}, stop at hi - lo ≤ {s['rtol']:g}·hi):")
         probe_rows = [[i + 1, f"{p['rate']:.4g}", f"{100 * p['slo_attainment']:.1f}%" if not math.isnan(p['slo_attainment'])
                        else "—", "yes" if p["ok"] else "no"] for i, p in enumerate(s["probes"])]

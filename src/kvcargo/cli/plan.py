@@ -11,6 +11,7 @@ import click
 from kvcargo.cli.options import sim_options
 from kvcargo.cli.simulate import jsonable
 from kvcargo.cli.sweep import backend_options, describe_backend, open_backend, show_progress
+from kvcargo.report.text import count
 
 
 @click.command("plan")
@@ -96,7 +97,7 @@ def command(gpus: int | None, usd: float | None, power_w: float | None, cost: st
 
         with atomic_path(plot) as tmp:
             pareto_figure([c.row() for c in result.candidates], tmp, result.cost,
-                          result.best.label if result.best else None)
+                          result.best.label if result.best else None, target_rate)
     if as_json:
         click.echo(json.dumps(jsonable(result.as_dict()), indent=2))
     else:
@@ -119,8 +120,9 @@ def render(r, space, show_all: bool = False) -> str:
                  + ("; colocated too" if space.colocated and space.disagg else ""))
     k = r.counts
     pruned = k["below_target"] + k["dominated"]
-    lines.append(f"{k['candidates']} candidates within the budget: {k['do_not_fit']} do not fit, {pruned} pruned by "
-                 f"analytic bounds, {k['simulated']} simulated ({r.simulations} simulations, {r.wall_s:.1f} s, "
+    lines.append(f"{count(k['candidates'], 'candidate')} within the budget: {k['do_not_fit']} do not fit, {pruned} "
+                 f"pruned by analytic bounds, {k['simulated']} simulated ({count(r.simulations, 'simulation')}, "
+                 f"{r.wall_s:.1f} s, "
                  f"{r.backend})" + (f", {k['failed']} failed" if k["failed"] else ""))
     lines.append("")
     from kvcargo.planner.plan import COST_LABEL
@@ -144,13 +146,13 @@ def render(r, space, show_all: bool = False) -> str:
         b = r.best
         why = (f"the cheapest that sustains {r.target_rate:g} req/s" if r.target_rate is not None
                else "the highest capacity within the budget")
-        lines.append(f"Best ({why}): {b.label}: {b.capacity:.2f} req/s on {b.gpus} GPUs"
+        lines.append(f"Best ({why}): {b.label}: {b.capacity:.2f} req/s on {count(b.gpus, 'GPU')}"
                      + (f", ${b.usd:,.0f}" if b.usd else "") + f", {b.power_w:,.0f} W")
         for cmd in r.commands().values():
             lines.append(f"  {cmd}")
     if r.most_efficient is not None and r.most_efficient is not r.best:
         e = r.most_efficient
-        lines.append(f"Most efficient per {cost_head}: {e.label}: {e.capacity:.2f} req/s on {e.gpus} GPUs"
+        lines.append(f"Most efficient per {cost_head}: {e.label}: {e.capacity:.2f} req/s on {count(e.gpus, 'GPU')}"
                      + (f", ${e.usd:,.0f}" if e.usd else ""))
     for note in r.notes:
         lines.append(f"note: {note}")

@@ -13,6 +13,7 @@ import click
 from kvcargo.cli.options import given_params, sim_options
 from kvcargo.cli.simulate import jsonable
 from kvcargo.outputs import atomic_path
+from kvcargo.report.text import count
 
 
 def backend_options(fn: Callable) -> Callable:
@@ -85,7 +86,7 @@ def command(sweep_file: str | None, vary: tuple[str, ...], out: str | None, fres
     x, by = plot_axes(grid.varied, x_axis)
     with open_backend(backend, workers, address) as be:
         if not as_json:
-            click.echo(f"sweep: {len(grid)} runs ({' x '.join(n.replace('_', '-') for n in grid.varied)}) "
+            click.echo(f"sweep: {count(len(grid), 'run')} ({' x '.join(n.replace('_', '-') for n in grid.varied)}) "
                        f"on {describe_backend(be)}", err=True)
         result = run_sweep(grid, be, out, resume=not fresh, retry_failed=retry_failed,
                            progress=show_progress(progress))
@@ -105,13 +106,13 @@ def command(sweep_file: str | None, vary: tuple[str, ...], out: str | None, fres
         where.append(str(result.parquet_path))
     if plot:
         where.append(plot)
-    tail = f"{result.ran} run in {result.wall_s:.1f} s"
+    tail = f"{count(result.ran, 'run')} in {result.wall_s:.1f} s"
     if result.skipped:
         tail += f", {result.skipped} already done"
     if result.failed:
         tail += f", {result.failed} failed"
     if result.kept:
-        tail += f"; kept {result.kept} rows of other sweeps"
+        tail += f"; kept {count(result.kept, 'row')} of other sweeps"
     if where:
         tail += "; wrote " + ", ".join(where)
     click.echo(tail)
