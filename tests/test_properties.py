@@ -52,6 +52,21 @@ def _one_line(message: str) -> None:
     assert message and "\n" not in message.strip() and "Traceback" not in message
 
 
+def _json_or_one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> Any:
+    """Run a command in process: its JSON output, or None after checking it failed in one line."""
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    if code == 0:
+        return json.loads(out.out)
+    assert code == 2 and out.out == "", out
+    _one_line(out.err)
+    return None
+
+
 # ------------------------------------------------------------------------- the calculator
 
 @BOUNDED
@@ -81,18 +96,9 @@ def test_calculator_is_right_or_refuses(model, prompt, link, codec, keep, ratio,
                                st.one_of(numbers.map(str), st.sampled_from(["ratio", "freq-keep-k", "fp8", "x"]))),
                      max_size=3))
 def test_handoff_command_prints_json_or_one_line(args, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["handoff", "--json", *[a for pair in args for a in pair]]
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    if code == 0:
-        _finite_tree(json.loads(out.out))
-    else:
-        assert code == 2 and out.out == "", out
-        _one_line(out.err)
+    data = _json_or_one_line(["handoff", "--json", *[a for pair in args for a in pair]], capsys)
+    if data is not None:
+        _finite_tree(data)
 
 
 # ----------------------------------------------------------------------- the simulator
@@ -158,19 +164,10 @@ def test_simulate_command_prints_json_or_one_line(flags: dict[str, str], capsys:
     argv = ["simulate", "--summary-only", "--requests", "30"]
     for k, v in flags.items():
         argv += [f"--{k.replace('_', '-')}", v]
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    if code == 0:
-        summary = json.loads(out.out)["summary"]
-        _finite_tree(summary)
-        assert summary["requests"] == 30
-    else:
-        assert code == 2 and out.out == "", out
-        _one_line(out.err)
+    data = _json_or_one_line(argv, capsys)
+    if data is not None:
+        _finite_tree(data["summary"])
+        assert data["summary"]["requests"] == 30
 
 
 @BOUNDED
