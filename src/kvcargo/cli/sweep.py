@@ -83,6 +83,7 @@ def command(sweep_file: str | None, vary: tuple[str, ...], out: str | None, fres
         raise click.UsageError(f"--{'fresh' if fresh else 'retry-failed'} acts on the rows of --out: give --out FILE.csv")
     check_outputs(out, plot)
     grid = grid_mod.build(given_values(params), vary, sweep_file)
+    check_catalog_keys(grid)
     x, by = plot_axes(grid.varied, x_axis)
     with open_backend(backend, workers, address) as be:
         if not as_json:
@@ -129,6 +130,24 @@ def check_outputs(out: str | None, plot: str | None) -> None:
             check_output(path, "--out")
     if plot:
         check_plot(plot)
+
+
+CATALOG_AXES = {"model": "model", "device": "device", "prefill_device": "device", "decode_device": "device",
+                "link": "link", "kv_compress": "codec"}
+"""Axes whose values are catalog keys, and the kind each names."""
+
+
+def check_catalog_keys(grid) -> None:
+    """Refuse an axis value that names nothing in the catalog before any run (a typo is not a
+    failed run)."""
+    from kvcargo import catalog as catalog_mod
+
+    cat = catalog_mod.load(grid.base.get("catalog", ()))
+    for name, values in grid.axes:
+        kind = CATALOG_AXES.get(name)
+        for value in values if kind else ():
+            if value is not None:
+                getattr(cat, kind)(value)
 
 
 def describe_backend(be) -> str:
