@@ -184,3 +184,44 @@ def test_calculator_api_answers_or_refuses_with_4xx(query: dict[str, str]) -> No
         _one_line(str(exc))
         return
     _finite_tree({k: v for k, v in data.items() if k != "panel"})
+
+
+@pytest.fixture(scope="module")
+def client():
+    pytest.importorskip("fastapi")
+    pytest.importorskip("httpx")
+    from fastapi.testclient import TestClient
+
+    from kvcargo.web.app import create_app
+
+    with TestClient(create_app(max_requests=200, timeout_s=60, workers=1)) as c:
+        yield c
+
+
+@settings(max_examples=max(1, EXAMPLES // 2), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(body=st.one_of(bodies.map(lambda b: {"requests": 40, **b}), anything))
+def test_simulate_endpoint_answers_finite_json_or_a_4xx_line(client, body: Any) -> None:
+    raw = json.dumps(body).encode()  # Python's JSON: NaN and Infinity as bare words, as a careless client sends
+    r = client.post("/api/simulate", content=raw, headers={"Content-Type": "application/json"})
+    if r.status_code == 200:
+        payload = json.loads(r.text)  # strict JSON: the server wrote NaN and infinities as null
+        _finite_tree(payload["summary"])
+        return
+    assert 400 <= r.status_code < 500, r.text[:300]
+    error = r.json()
+    assert set(error) <= {"error", "field"}
+    _one_line(error["error"])
+
+
+@BOUNDED
+@given(query=st.dictionaries(st.sampled_from(["prompt", "model", "link", "kv_compress", "kv_keep", "kv_ratio", "send",
+                                              "device", "devices_per_instance"]),
+                             st.one_of(numbers.map(str), st.text(max_size=8)), max_size=4))
+def test_handoff_endpoint_answers_finite_json_or_a_4xx_line(client, query: dict[str, str]) -> None:
+    r = client.get("/api/handoff", params=query)
+    if r.status_code == 200:
+        _finite_tree({k: v for k, v in r.json().items() if k != "panel"})
+        return
+    assert r.status_code == 422, r.text[:300]
+    _one_line(r.json()["error"])
