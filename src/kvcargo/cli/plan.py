@@ -16,21 +16,22 @@ from kvcargo.report.text import count
 
 @click.command("plan")
 @sim_options
-@click.option("--gpus", type=int, metavar="N", help="budget: at most N devices in all")
-@click.option("--usd", type=float, metavar="DOLLARS", help="budget: at most this much (catalog price_usd per device)")
+@click.option("--gpus", type=int, metavar="N", help="budget: at most N devices in all [range: ≥ 1]")
+@click.option("--usd", type=float, metavar="DOLLARS", help="budget: at most this much (catalog price_usd per device) [range: > 0]")
 @click.option("--power-w", type=float, metavar="WATTS",
-              help="budget: provisioned power (per-device cap, else TDP), all devices")
+              help="budget: provisioned power (per-device cap, else TDP), all devices [range: > 0]")
 @click.option("--cost", type=click.Choice(["gpus", "usd", "power"]),
               help="x axis of the Pareto front [default: the budget's kind]")
 @click.option("--devices", metavar="LIST", help="devices to try in each pool, e.g. h100,a100 [default: --device]")
 @click.option("--tp", metavar="LIST",
               help="devices per instance to try, e.g. 1,2,4 [default: the smallest that fits and its double]")
 @click.option("--links", metavar="LIST", help="KV links to try, e.g. ib-ndr,eth-100g [default: --link]")
-@click.option("--max-instances", type=int, default=32, show_default=True, help="most instances per pool")
+@click.option("--max-instances", type=int, default=32, show_default=True,
+              help="most instances per pool [range: ≥ 1; at most 50,000 candidates in all]")
 @click.option("--with-colocated", is_flag=True, help="also try colocated clusters of the same devices")
 @click.option("--target", type=float, default=0.9, show_default=True,
-              help="share of requests that must meet both SLOs")
-@click.option("--rtol", type=float, default=0.02, show_default=True, help="relative tolerance of each search")
+              help="share of requests that must meet both SLOs [range: > 0, ≤ 1]")
+@click.option("--rtol", type=float, default=0.02, show_default=True, help="relative tolerance of each search [range: > 0, < 1]")
 @click.option("--steady/--no-steady", default=True, show_default=True,
               help="search again with more requests where a run was shorter than 3 request lifetimes")
 @backend_options

@@ -24,7 +24,7 @@ def backend_options(fn: Callable) -> Callable:
                       help="cluster to use: Ray address (else RAY_ADDRESS) or Dask scheduler "
                            "(else DASK_SCHEDULER_ADDRESS); default: start a local one")(fn)
     fn = click.option("--workers", type=int, metavar="N",
-                      help="parallel workers [default: every core; 1 runs in this process]")(fn)
+                      help="parallel workers [range: ≥ 1] [default: every core; 1 runs in this process]")(fn)
     fn = click.option("--backend", type=click.Choice(["local", "ray", "dask"]), default="local",
                       show_default=True, help="where the runs execute")(fn)
     return fn
