@@ -126,6 +126,7 @@ class LocalBackend(Backend):
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
+            _check_main_importable()
             self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
                                              initializer=_single_threaded)
         return self._pool
@@ -145,6 +146,18 @@ class LocalBackend(Backend):
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
+
+
+def _check_main_importable() -> None:
+    """Spawned workers re-run the main program's file: refuse (clearly) when there is none to re-run,
+    as for a script piped on standard input, instead of every run failing with a broken pool."""
+    import sys
+
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if path is not None and not os.path.exists(path):
+        raise KvcargoError(f"the local backend's worker processes re-import the main program, but {path!r} is "
+                           "not a file (a script on standard input?): save it to a file and run that, or use "
+                           "one worker (workers=1 runs in this process)")
 
 
 def _chunk_results(r: range, get: Callable[[], list[Any]], who: str) -> Iterator[tuple[int, Any]]:
