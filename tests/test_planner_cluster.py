@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import csv
 import math
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
 from cluster_support import Processes, dask_cluster, node_of, processes, ray_cluster, wait_for
+
 from kvcargo.planner import grid as grid_mod
 from kvcargo.planner.backends import Backend, LocalBackend, get_backend
 from kvcargo.planner.sweep import read_csv, run_sweep
