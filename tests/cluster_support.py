@@ -74,6 +74,8 @@ class Processes:
         self.logs = logs
         self.procs: dict[str, subprocess.Popen] = {}
         self.dirs: list[str] = []
+        self.env: dict[str, str] = {}
+        """Set for every process started from now on (and for a driver in this process)."""
 
     def tempdir(self) -> str:
         """A fresh short directory under /tmp (Ray's socket paths must stay under 108 bytes),
@@ -84,7 +86,7 @@ class Processes:
     def start(self, name: str, *argv: str) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=cluster_env(), start_new_session=True)
+                                env={**cluster_env(), **self.env}, start_new_session=True)
         log.close()
         self.procs[name] = proc
         return proc
@@ -141,7 +143,13 @@ def processes(logs: Path) -> Iterator[Processes]:
 
 
 def ray_cluster(procs: Processes, cpus_per_node: int = 1, nodes: int = 2) -> str:
-    """``ray start --head`` and ``nodes - 1`` × ``ray start --address``; returns the address."""
+    """``ray start --head`` and ``nodes - 1`` × ``ray start --address``; returns the address.
+
+    Token authentication is off for the cluster and its drivers (``procs.env``): Ray turns it on
+    whenever ``~/.ray/auth_token`` exists, a file any other Ray user of this machine may write or
+    rewrite at any time, and a driver that imported Ray earlier keeps the mode it read then.
+    """
+    procs.env.update(RAY_AUTH_MODE="disabled")
     port = free_port()
     address = f"{HOST}:{port}"
     common = ("--block", "--node-ip-address", HOST, "--num-cpus", str(cpus_per_node), "--disable-usage-stats")

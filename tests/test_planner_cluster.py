@@ -123,10 +123,18 @@ def test_dask_sweep_resumes_after_its_driver_is_killed(procs, local_rows, tmp_pa
                                    local_rows["long"])
 
 
-@pytest.mark.ray
-def test_ray_head_and_second_node_give_the_local_rows_and_survive_a_lost_node(procs, local_rows) -> None:
-    ray = pytest.importorskip("ray")
+def ray_driver(procs: Processes, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A two-node Ray cluster, and this process set up to be its driver."""
     address = ray_cluster(procs, cpus_per_node=1, nodes=2)
+    for key, value in procs.env.items():
+        monkeypatch.setenv(key, value)
+    return address
+
+
+@pytest.mark.ray
+def test_ray_head_and_second_node_give_the_local_rows_and_survive_a_lost_node(procs, local_rows, monkeypatch) -> None:
+    ray = pytest.importorskip("ray")
+    address = ray_driver(procs, monkeypatch)
     with get_backend("ray", address=address) as be:
         wait_for(lambda: sum(n["Alive"] for n in ray.nodes()) == 2, 120, "two Ray nodes")
         assert len(spread(be)) == 2 and be.workers == 2
@@ -139,9 +147,9 @@ def test_ray_head_and_second_node_give_the_local_rows_and_survive_a_lost_node(pr
 
 
 @pytest.mark.ray
-def test_ray_sweep_resumes_after_its_driver_is_killed(procs, local_rows, tmp_path: Path) -> None:
+def test_ray_sweep_resumes_after_its_driver_is_killed(procs, local_rows, tmp_path: Path, monkeypatch) -> None:
     ray = pytest.importorskip("ray")
-    address = ray_cluster(procs, cpus_per_node=1, nodes=2)
+    address = ray_driver(procs, monkeypatch)
     with get_backend("ray", address=address) as be:
         wait_for(lambda: sum(n["Alive"] for n in ray.nodes()) == 2, 120, "two Ray nodes")
         driver_killed_then_resumed(procs, ["--backend", "ray", "--address", address], be, tmp_path / "s.csv",

@@ -61,18 +61,35 @@ function plotCdf(cdf, pinned) {
   }, { displaylogo: false, responsive: true });
 }
 
+// The mean of each run of `per` bins, as steps: x holds each group's start and the last end.
+function coarseSteps(t, values, binS, per) {
+  const x = [], y = [];
+  for (let i = 0; i < values.length; i += per) {
+    const part = values.slice(i, i + per);
+    x.push(t[i] - binS / 2);
+    y.push(part.reduce((a, b) => a + b, 0) / part.length);
+  }
+  x.push(t[t.length - 1] + binS / 2);
+  y.push(y[y.length - 1]);
+  return { x, y };
+}
+
+const seconds = (s) => `${Number(s.toPrecision(2))} s`;
+
 function plotLink(link) {
   const div = document.getElementById("plot-link");
   const bins = Math.max(1, Math.round(link.t.length / 25));
   const busy = smooth(link.busy, bins).map((b) => 100 * b);
-  const step = niceCeilStep(Math.max(...link.queue, 0) * 1.05, 4);
-  const smoothedOver = bins > 1 ? `, ${Number((bins * link.bin_s).toPrecision(2))} s average` : "";
+  const per = Math.max(1, Math.round(link.t.length / 40));
+  const queue = coarseSteps(link.t, link.queue, link.bin_s, per);
+  const step = niceCeilStep(Math.max(...queue.y, 0) * 1.05, 4);
+  const smoothedOver = bins > 1 ? `, ${seconds(bins * link.bin_s)} average` : "";
   Plotly.react(div, [
     { x: link.t, y: busy, name: `link busy (%${smoothedOver})`, type: "scatter", mode: "lines",
       fill: "tozeroy", line: { shape: "spline", smoothing: 0.6, color: "#3b6fd8", width: 1.5 },
       fillcolor: "rgba(59, 111, 216, 0.22)" },
-    { x: link.t, y: link.queue, name: "hand-offs waiting for the link", type: "scatter", mode: "lines",
-      yaxis: "y2", line: { shape: "hv", color: "#d6333f", width: 1.4 } },
+    { x: queue.x, y: queue.y, name: `hand-offs waiting for the link (mean per ${seconds(per * link.bin_s)})`,
+      type: "scatter", mode: "lines", yaxis: "y2", line: { shape: "hv", color: "#d6333f", width: 1.4 } },
   ], {
     ...baseLayout(div), title: { text: `KV link over time (${link.channels} channel${link.channels > 1 ? "s" : ""})` },
     xaxis: { title: { text: "time (s)" } },
