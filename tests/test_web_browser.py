@@ -32,8 +32,8 @@ pytest.importorskip("fastapi")
 from web_support import live_server  # noqa: E402
 
 from kvcargo import simulate  # noqa: E402
-from kvcargo.web import create_app  # noqa: E402
 from kvcargo.report.timeseries import plot_data  # noqa: E402
+from kvcargo.web import create_app  # noqa: E402
 from kvcargo.web.service import result_table  # noqa: E402
 
 
