@@ -67,6 +67,15 @@ def session_pids(sid: int) -> list[int]:
     return pids
 
 
+def signal_session(sid: int, sig: int) -> None:
+    """Send ``sig`` to every live process of session ``sid``."""
+    for pid in session_pids(sid):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 class Processes:
     """Processes started in sessions of their own, each with a log file; ``stop`` ends them."""
 
@@ -96,32 +105,19 @@ class Processes:
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to every process of ``name``'s session (a machine lost, for SIGKILL)."""
-        sid = self.procs[name].pid
-        for pid in session_pids(sid):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+        signal_session(self.procs[name].pid, sig)
         self.procs[name].wait(30)
 
     def stop(self, grace: float = 3.0) -> None:
         """SIGTERM every session, wait up to ``grace`` seconds, then SIGKILL what is left."""
         sids = [p.pid for p in self.procs.values()]
         for sid in sids:
-            for pid in session_pids(sid):
-                try:
-                    os.kill(pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+            signal_session(sid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(session_pids(s) for s in sids):
             time.sleep(0.2)
         for sid in sids:
-            for pid in session_pids(sid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            signal_session(sid, signal.SIGKILL)
         for p in self.procs.values():
             try:
                 p.wait(10)

@@ -142,8 +142,6 @@ def write_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
         w.writerow(cols)
         for r in rows:
             w.writerow([_cell(r.get(c)) for c in cols])
-        fh.flush()
-        os.fsync(fh.fileno())  # the rename must not land before the data (a crash, not just a kill)
     os.replace(tmp, path)
 
 
@@ -162,7 +160,7 @@ def read_csv(path: str | Path) -> list[dict[str, Any]]:
 
 
 def write_parquet(rows: Sequence[dict[str, Any]], path: str | Path) -> bool:
-    """Write rows as Parquet (atomically) when pyarrow is installed; False when it is not."""
+    """Write rows as Parquet when pyarrow is installed; False when it is not."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -178,9 +176,7 @@ def write_parquet(rows: Sequence[dict[str, Any]], path: str | Path) -> bool:
         elif len(kinds) > 1:
             values = [None if v is None else str(v) for v in values]
         data[c] = values
-    tmp = Path(path).with_name(Path(path).name + ".tmp")
-    pq.write_table(pa.table(data), str(tmp))
-    os.replace(tmp, path)  # atomically, as the CSV
+    pq.write_table(pa.table(data), str(path))
     return True
 
 
