@@ -130,10 +130,6 @@ class Device(_Entry):
     scale_up: str = "nvlink4"
     die_mm2: PositiveFloat | None = None
     price_usd: PositiveFloat | None = None
-    bw_unit: PositiveFloat = 1.0
-    """Unit in which the memory time is evaluated: ``(bytes/unit) / (bw/unit · eff · n)``.
-    Mathematically irrelevant; it fixes the last bit of the result (the reference computes the
-    A100's memory time in TB and TB/s, and kvcargo reproduces that bit for bit)."""
     kernel_tables: str | None = None
     """Measured kernel tables (``.npz`` from ``scripts/convert_aiconfigurator.py``) for
     ``--cost-model calibrated``; unset: the built-in set of the same key, if any."""
