@@ -36,6 +36,8 @@ from typing import Any
 from kvcargo.errors import KvcargoError
 
 BACKENDS = ("local", "ray", "dask")
+CONNECT_TIMEOUT_S = 60.0
+"""How long to wait for a Dask scheduler to answer and for its first worker to join."""
 SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -196,11 +198,16 @@ class RayBackend(Backend):
             except Exception as exc:  # noqa: BLE001 - surface as one line
                 raise KvcargoError(f"cannot start or reach Ray ({address or 'local'}): {exc}") from None
             self._started = True
-        self.workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self._fixed = workers
+        self.workers = workers or self._cpus()
         self._remote = ray.remote(run_chunk)
+
+    def _cpus(self) -> int:
+        return max(1, int(self._ray.cluster_resources().get("CPU", 1)))
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
         ray = self._ray
+        self.workers = self._fixed or self._cpus()  # nodes may have joined or left since
         fn_ref = ray.put(fn)
         pending = {self._remote.remote(fn_ref, [items[i] for i in r]): r for r in chunks(len(items), self.workers)}
         while pending:
@@ -229,18 +236,29 @@ class DaskBackend(Backend):
         self._cluster = None
         try:
             if address:
-                self._client = Client(address)
+                self._client = Client(address, timeout=CONNECT_TIMEOUT_S)
             else:
                 self._cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1,
                                              processes=True, dashboard_address=None)
                 self._client = Client(self._cluster)
         except Exception as exc:  # noqa: BLE001 - surface as one line
             raise KvcargoError(f"cannot start or reach Dask ({address or 'local'}): {exc}") from None
-        self.workers = workers or max(1, sum(self._client.nthreads().values()))
+        try:
+            self._client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+        except TimeoutError:
+            self.close()
+            raise KvcargoError(f"no Dask worker joined the scheduler at {address} within "
+                               f"{CONNECT_TIMEOUT_S:g} s (start some with: dask worker {address})") from None
+        self._fixed = workers
+        self.workers = workers or self._threads()
+
+    def _threads(self) -> int:
+        return max(1, sum(self._client.nthreads().values()))
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
         from distributed import as_completed
 
+        self.workers = self._fixed or self._threads()  # workers may have joined or left since
         parts = chunks(len(items), self.workers)
         futures = [self._client.submit(run_chunk, fn, [items[i] for i in r], pure=False) for r in parts]
         index = {f.key: r for f, r in zip(futures, parts)}
