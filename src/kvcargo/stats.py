@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from kvcargo._jit import ENABLED, kernel
+from kvcargo._jit import compiled, kernel
 
 
 @kernel
@@ -67,7 +67,7 @@ def _shewchuk_sum(x):
 def exact_sum(x: np.ndarray) -> float:
     """``math.fsum(x)``, compiled when numba is available."""
     x = np.ascontiguousarray(x, dtype=np.float64)
-    if ENABLED and len(x) > 256:
+    if compiled() and len(x) > 256:
         return float(_shewchuk_sum(x))
     return math.fsum(x.tolist())
 
@@ -108,7 +108,7 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, ps: tuple[floa
         return [math.nan] * len(ps)
     ranks = [_ranks(n, p) for p in ps]
     wanted = np.array(sorted({k for lo, hi, _ in ranks for k in (lo, hi)}), dtype=np.int64)
-    if ENABLED:
+    if compiled():
         found = dict(zip(wanted.tolist(), _weighted_select(v, w, wanted).tolist()))
     else:
         order = np.argsort(v)  # ties need no order: equal values are interchangeable

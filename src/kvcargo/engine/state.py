@@ -190,7 +190,7 @@ def grown(st: State, code: int) -> State:
 def by_reference(obj: State | Params) -> object:
     """What the engine is handed: the namedtuple itself in plain Python, a numba StructRef over
     the same arrays when compiled (see _structs.py)."""
-    if not _jit.ENABLED:
+    if not _jit.compiled():
         return obj
     from kvcargo.engine._structs import by_reference as compiled
 

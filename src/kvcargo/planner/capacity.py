@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from kvcargo import _jit
 from kvcargo.config import Resolved, SimConfig, colocated_pool, resolve
 from kvcargo.cost import Pool, decode_step, elementwise_pass, kv_capacity, prefill_step, shape
 from kvcargo.errors import KvcargoError
@@ -202,6 +203,7 @@ def search(config: SimConfig, target: float = TARGET, rtol: float = RTOL, start:
     if not (start > 0 and math.isfinite(start)):
         raise KvcargoError(f"cannot search from a rate of {start!r} req/s")
     result = Search(0.0, target, rtol, start, 0.0, start, False)
+    _jit.expect_work(expected_probes(rtol) * config.requests)
 
     def ok(rate: float) -> bool:
         s = probe(config.replace(rate=rate))
@@ -229,6 +231,12 @@ def search(config: SimConfig, target: float = TARGET, rtol: float = RTOL, start:
             hi = mid
     result.lo, result.hi, result.rate, result.feasible = lo, hi, lo, lo > 0
     return result
+
+
+def expected_probes(rtol: float) -> int:
+    """Simulations of a search that stays inside its start (the usual case): the first probe,
+    then halvings until the bracket is within ``rtol``."""
+    return 1 + math.ceil(math.log2(1 / rtol))
 
 
 def check_target(target: float, rtol: float) -> None:

@@ -51,6 +51,9 @@ def generate(n: int, rate: float, prompt: LengthDist, output: LengthDist, seed: 
         raise KvcargoError(f"number of requests must be >= 1, got {n}")
     if not (rate > 0 and math.isfinite(rate)):
         raise KvcargoError(f"rate must be a positive number of requests per second, got {rate:g}")
+    from kvcargo import _jit
+
+    _jit.expect_work(n)  # before the import below: it then finds the compiled kernel
     from kvcargo.workload.draws import draw_requests, uniforms
 
     rng = random.Random(seed)
