@@ -8,8 +8,9 @@ compiled. Small runs never import numba: importing it and loading the compiled e
 on-disk cache costs about a second, while 800 requests run in about 0.2 s as plain Python. The
 two paths give bit-identical results.
 
-``KVCARGO_JIT=0`` never compiles, ``KVCARGO_JIT=1`` compiles for every run (the test suite runs
-both ways); unset, the work decides.
+``KVCARGO_JIT=0`` never compiles, ``KVCARGO_JIT=1`` compiles for every run, ``KVCARGO_JIT=jit``
+too but never uses the ahead-of-time engine (kvcargo.engine.aot); unset, the work decides. The
+test suite runs the engine every way.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import importlib.util
 import os
 import sys
 import types
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable)
@@ -28,14 +29,15 @@ MODE = os.environ.get("KVCARGO_JIT", "auto")
 AVAILABLE: bool = MODE != "0" and importlib.util.find_spec("numba") is not None
 """True when numba is installed and not disabled."""
 
-COMPILE_FROM_WORK = 4_000
-"""Estimated work (requests × parts per hand-off) from which a run compiles: importing numba and
-loading the cached engine costs about as much as this many requests as plain Python (measured
-with benchmarks/bench.py on the default scenario)."""
+COMPILE_COST_S = 1.0
+"""Seconds that importing numba and loading compiled kernels from its cache cost a process
+(measured on this project's 2-core machine: numba's import ~0.4 s, its typing registries and
+the cached code ~0.5 s): compiling pays once the plain Python it replaces would take longer."""
 
 _plain: list[tuple[types.FunctionType, bool]] = []
 _dispatchers: dict[int, Any] = {}
-_work_done = 0.0
+_plain_s_done = 0.0
+_notice = False
 
 
 def kernel(fn: F | None = None, *, inline: bool = False) -> F:
@@ -58,21 +60,36 @@ def compiled() -> bool:
     return bool(_dispatchers)
 
 
-def use_compiled(work: float) -> bool:
-    """Called before a job of ``work`` (requests × parts per hand-off): compile the kernels now if
-    this job, together with the work this process ran before, pays for it. Whether they are
-    compiled."""
-    global _work_done
-    _work_done += work
-    return expect_work(_work_done)
+def use_compiled(plain_s: float) -> bool:
+    """Called before a job that would take ``plain_s`` seconds as plain Python: compile the
+    kernels now if this job, together with what this process ran before, pays for it. Whether
+    they are compiled."""
+    global _plain_s_done
+    _plain_s_done += plain_s
+    return expect_work(0.0)
 
 
-def expect_work(work: float) -> bool:
-    """A caller about to run many jobs (a capacity search) announces their total work: compile
-    now if it pays, rather than after the first few jobs ran slowly. Whether they are compiled."""
-    if not compiled() and AVAILABLE and (MODE == "1" or work >= COMPILE_FROM_WORK):
-        _compile_all()
+def expect_work(plain_s: float) -> bool:
+    """A caller about to run many jobs (a capacity search) announces them: compile now if it
+    pays, rather than after the first few ran slowly. Whether the kernels are compiled."""
+    if not compiled() and pays(plain_s):
+        compile_kernels()
     return compiled()
+
+
+def pays(plain_s: float) -> bool:
+    """Whether compiling pays for ``plain_s`` more seconds of plain Python (beside what this
+    process already ran)."""
+    return AVAILABLE and (MODE in ("1", "jit") or _plain_s_done + plain_s >= COMPILE_COST_S)
+
+
+def rebind(old: object, new: object) -> None:
+    """Bind ``new`` wherever a loaded kvcargo module binds ``old`` (compared by identity)."""
+    for name, module in list(sys.modules.items()):
+        if name == "kvcargo" or name.startswith("kvcargo."):
+            for attr, value in list(vars(module).items()):
+                if value is old:
+                    setattr(module, attr, new)
 
 
 def _own_copy(fn: Callable) -> types.FunctionType:
@@ -94,28 +111,51 @@ def _dispatcher(fn: types.FunctionType, inline: bool) -> Any:
     return numba.njit(cache=True, nogil=True, error_model="numpy", inline="always" if inline else "never")(fn)
 
 
-def _compile_all() -> None:
-    """Wrap every kernel and rebind, in every loaded kvcargo module, each name bound to a plain
-    kernel to its dispatcher (numba resolves a kernel's callees from its module's names)."""
+def compile_kernels(notice: bool = True) -> None:
+    """Wrap every kernel in a dispatcher and bind it where the plain kernel was bound (numba
+    resolves a kernel's callees from its module's names). ``notice``: say so on the terminal if
+    numba actually compiles (its cache is cold)."""
+    global _notice
+    if notice and not _notice:
+        from numba.core import event
+
+        _notice = True
+        event.register("numba:compile", _compile_notice())
     for fn, inline in _plain:
         _dispatchers[id(fn)] = _dispatcher(fn, inline)
-    if not _cache_is_warm():
-        print("kvcargo: compiling the simulation engine with numba, once after installing or upgrading "
-              "(about a minute); later runs load it from numba's cache", file=sys.stderr, flush=True)
-    for name, module in list(sys.modules.items()):
-        if name == "kvcargo" or name.startswith("kvcargo."):
-            for attr, value in list(vars(module).items()):
-                if isinstance(value, types.FunctionType) and id(value) in _dispatchers:
-                    setattr(module, attr, _dispatchers[id(value)])
+        rebind(fn, _dispatchers[id(fn)])
 
 
-def _cache_is_warm() -> bool:
-    """Whether numba's on-disk cache holds an entry for every standalone kernel that is at least
-    as new as its source (otherwise the first call compiles)."""
-    for fn, inline in _plain:
-        if inline:
-            continue
-        index = Path(_dispatchers[id(fn)]._cache._cache_file._index_path)
-        if not index.exists() or index.stat().st_mtime < Path(fn.__code__.co_filename).stat().st_mtime:
-            return False
-    return True
+@contextmanager
+def dispatchers() -> Iterator[None]:
+    """The kernels as dispatchers for a while (numba compiling the engine ahead of time needs
+    them), then plain again unless the process had compiled them before."""
+    before = compiled()
+    if not before:
+        compile_kernels(notice=False)
+    try:
+        yield
+    finally:
+        if not before:
+            for fn, _ in _plain:
+                rebind(_dispatchers.pop(id(fn)), fn)
+
+
+def _compile_notice() -> Any:
+    """A numba event listener that says on the terminal, once, that numba compiles (its cache
+    was cold): no silent minute."""
+    from numba.core import event
+
+    class CompileNotice(event.Listener):
+        shown = False
+
+        def on_start(self, ev: Any) -> None:
+            if not self.shown:
+                self.shown = True
+                print("kvcargo: compiling the simulation engine with numba, once after installing or upgrading "
+                      "(up to a minute); later runs load it from numba's cache", file=sys.stderr, flush=True)
+
+        def on_end(self, ev: Any) -> None:
+            pass
+
+    return CompileNotice()

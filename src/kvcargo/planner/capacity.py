@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from kvcargo import _jit
 from kvcargo.config import Resolved, SimConfig, colocated_pool, resolve
 from kvcargo.cost import Pool, decode_step, elementwise_pass, kv_capacity, prefill_step, shape
+from kvcargo.engine import aot
 from kvcargo.errors import KvcargoError
 from kvcargo.handoff import endpoint_work, transfers
 
@@ -203,7 +203,8 @@ def search(config: SimConfig, target: float = TARGET, rtol: float = RTOL, start:
     if not (start > 0 and math.isfinite(start)):
         raise KvcargoError(f"cannot search from a rate of {start!r} req/s")
     result = Search(0.0, target, rtol, start, 0.0, start, False)
-    _jit.expect_work(expected_probes(rtol) * config.requests)
+    if probe is probe_summary:  # the engine: compile it now if the whole search pays for it
+        aot.prepare(expected_probes(rtol) * config.requests, accumulate=False)
 
     def ok(rate: float) -> bool:
         s = probe(config.replace(rate=rate))
