@@ -3,8 +3,9 @@
 Loading numba's just-in-time engine costs every process about a second (importing numba, its
 typing registries, the cached machine code), far more than a run of a few thousand requests.
 So the first run whose work pays for compiling also builds, with ``numba.pycc``, an extension
-module exporting one function: :func:`kvcargo.engine.loop.run_events` over the state's and the
-parameters' arrays. It is kept in kvcargo's cache directory (``KVCARGO_CACHE_DIR``, else
+module exporting :func:`kvcargo.engine.loop.run_events` over the state's and the parameters'
+arrays, and the other kernels a run calls from Python (:data:`HELPERS`: drawing the workload,
+the summary's token gaps). It is kept in kvcargo's cache directory (``KVCARGO_CACHE_DIR``, else
 ``~/.cache/kvcargo``) under a key of the engine's sources, numba's and Python's versions; later
 processes import it in milliseconds and never import numba to simulate. It is the same code
 through the same compiler, so its results are those of the JIT and of plain Python, bit for bit.
@@ -15,6 +16,7 @@ Where numba cannot build it (no C compiler), everything stays as before: the JIT
 from __future__ import annotations
 
 import hashlib
+import json
 import importlib.machinery
 import importlib.util
 import os
@@ -35,21 +37,24 @@ from kvcargo.engine.state import Params, State
 
 MODULE = "kvcargo_engine_aot"
 ENTRY = "run_arrays"
+HELPERS = (("kvcargo.workload.draws", "draw_requests"), ("kvcargo.metrics", "_token_gaps"))
+"""Kernels called from Python besides the event loop, exported under their own names."""
 ENGINE_PLAIN_S = 250e-6
 """Seconds of plain Python per request (and part of a hand-off) of a run: the event loop and
 the summary (default scenario, this project's 2-core machine)."""
-REST_PLAIN_S = 30e-6
-"""The same with the event loop compiled ahead of time: what stays plain Python (the summary's
-statistics over the step log)."""
+REST_PLAIN_S = 2e-6
+"""The same with the engine compiled ahead of time: what stays plain Python, the summary's
+exact sums and percentiles (numpy and ``math.fsum``; about 2 s for 1,000,000 requests)."""
 
 _runner: Callable[[State, Params], int] | None = None
+_building = False
 
 
 def prepare(units: float, accumulate: bool = True) -> None:
     """Before simulating ``units`` (requests × parts per hand-off), now or in the runs about to
     come (``accumulate=False``): use the ahead-of-time engine if it is built, else build it when
     compiling pays; then numba's JIT for the kernels left if that pays too."""
-    if _runner is None and _jit.AVAILABLE and _jit.MODE != "jit":
+    if _runner is None and not _building and _jit.AVAILABLE and _jit.MODE != "jit":
         module = _load()
         if module is None and _jit.pays(units * ENGINE_PLAIN_S):
             module = _build()
@@ -68,24 +73,35 @@ def in_use() -> bool:
 
 
 def _use(module: ModuleType) -> None:
+    """Bind the module's exports where the kernels they replace are bound."""
     global _runner
     from kvcargo.engine import loop
 
-    entry = getattr(module, ENTRY)
-    expected = Path(module.__file__).with_suffix(".types").read_text(encoding="utf-8")  # type: ignore[arg-type]
+    types = json.loads(Path(module.__file__).with_suffix(".types").read_text(encoding="utf-8"))  # type: ignore[arg-type]
+    entry, fallback = getattr(module, ENTRY), loop.run_events
 
     def run_events(st: State, pr: Params) -> int:
         """The compiled event loop, or the loop it replaces when an array is not of the type the
         module was built for."""
         arrays = (*st, *writable(pr))
-        if kinds(arrays) != expected:
-            return fallback(st, pr)
-        return entry(*arrays)
+        return entry(*arrays) if fits(arrays, types[ENTRY]) else fallback(st, pr)
 
-    fallback = loop.run_events
     run_events.__doc__ = fallback.__doc__
     _runner = run_events
     _jit.rebind(fallback, run_events)
+    for mod, name in HELPERS:
+        plain = getattr(importlib.import_module(mod), name)
+        _jit.rebind(plain, _checked(getattr(module, name), types[name], plain))
+
+
+def _checked(export: Callable[..., Any], expected: list[str], fallback: Callable[..., Any]) -> Callable[..., Any]:
+    """``export`` where the arguments are of the types it was built for, else ``fallback``."""
+
+    def call(*args: Any) -> Any:
+        return export(*args) if fits(args, expected) else fallback(*args)
+
+    call.__doc__ = fallback.__doc__
+    return call
 
 
 def writable(pr: Params) -> tuple[np.ndarray, ...]:
@@ -94,11 +110,34 @@ def writable(pr: Params) -> tuple[np.ndarray, ...]:
     return tuple(np.require(a, requirements="CW") for a in pr)
 
 
-def kinds(arrays: tuple[np.ndarray, ...]) -> str:
-    """Dtype, dimensions, contiguity and writability of each array: what the export's signature
-    fixes."""
-    return ";".join(f"{a.dtype.str}{a.ndim}{'C' if a.flags.c_contiguous else 'A'}{'w' if a.flags.writeable else 'r'}"
-                    for a in arrays)
+def arg_spec(numba_types: tuple[Any, ...]) -> list[str]:
+    """What an exported signature fixes of each argument: an array's dtype, dimensions and
+    layout ('C' contiguous or 'A' any), a number's kind ('i' integer, 'f' float)."""
+    out = []
+    for t in numba_types:
+        if hasattr(t, "ndim"):
+            out.append(f"{np.dtype(str(t.dtype)).str}:{t.ndim}:{'C' if t.layout == 'C' else 'A'}")
+        else:
+            out.append("f" if "float" in str(t) else "i")
+    return out
+
+
+def fits(args: tuple[Any, ...], expected: list[str]) -> bool:
+    """Whether ``args`` are of the types an export with :func:`arg_spec` ``expected`` was built for."""
+    if len(args) != len(expected):
+        return False
+    for a, want in zip(args, expected):
+        if isinstance(a, np.ndarray):
+            dtype, ndim, layout = want.split(":") if ":" in want else ("", "", "")
+            if a.dtype.str != dtype or str(a.ndim) != ndim or (layout == "C" and not a.flags.c_contiguous):
+                return False
+        elif want == "i" and not (isinstance(a, (int, np.integer)) and not isinstance(a, bool)):
+            return False
+        elif want == "f" and not isinstance(a, (float, np.floating)):
+            return False
+        elif want not in ("i", "f"):
+            return False
+    return True
 
 
 def cache_dir() -> Path:
@@ -106,12 +145,12 @@ def cache_dir() -> Path:
 
 
 def _key() -> str:
-    """The engine's sources (every kvcargo module that can hold a kernel), numba's version,
-    Python's and the machine's."""
+    """kvcargo's sources (any module may hold a kernel), numba's version, Python's and the
+    machine's."""
     h = hashlib.sha256()
     root = Path(__file__).resolve().parents[1]
-    for path in sorted([*root.glob("engine/*.py"), *root.glob("*.py")]):
-        h.update(path.name.encode() + path.read_bytes())
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode() + path.read_bytes())
     spec = importlib.util.find_spec("numba")
     if spec is not None and spec.origin:
         h.update((Path(spec.origin).parent / "_version.py").read_bytes())
@@ -151,17 +190,32 @@ def _sample() -> tuple[State, Params]:
 
 
 def _build() -> ModuleType | None:
-    """Compile the event loop into the extension module (about 20 s, once); None if numba
-    cannot (no C compiler)."""
+    """Compile the engine into the extension module (once; a minute on a cold numba cache); None
+    if numba cannot (no C compiler)."""
+    global _building
     print("kvcargo: compiling the simulation engine with numba, once after installing or upgrading "
-          "(about 20 s)", file=sys.stderr, flush=True)
+          "(up to a minute)", file=sys.stderr, flush=True)
+    from kvcargo.config import SimConfig, resolve
+    from kvcargo.engine import cluster
+    from kvcargo.metrics import summarize
+
     st, params = _sample()
     arrays = (*st, *writable(params))
-    with _jit.dispatchers():
-        return _compile(arrays)
+    config = SimConfig.build(requests=400)
+    _building = True
+    try:
+        out = cluster.run(resolve(config))  # plain Python: the helpers' arguments come from it
+        with _jit.dispatchers():
+            # the helpers' signatures: numba's, from compiling them for a small run's arguments
+            resolve(config)
+            summarize(out)
+            signatures = {name: getattr(importlib.import_module(mod), name).signatures[0] for mod, name in HELPERS}
+            return _compile(arrays, signatures)
+    finally:
+        _building = False
 
 
-def _compile(arrays: tuple[np.ndarray, ...]) -> ModuleType | None:
+def _compile(arrays: tuple[np.ndarray, ...], signatures: dict[str, tuple[Any, ...]]) -> ModuleType | None:
     import numba
     from numba.pycc import CC
 
@@ -185,12 +239,18 @@ def _compile(arrays: tuple[np.ndarray, ...]) -> ModuleType | None:
         cc.output_dir = str(work)
         cc.verbose = False
         cc.export(ENTRY, sig)(getattr(entry_mod, ENTRY))
+        types = {ENTRY: arg_spec(sig.args)}
+        for mod, name in HELPERS:
+            dispatcher = getattr(importlib.import_module(mod), name)
+            cres = dispatcher.overloads[signatures[name]]
+            cc.export(name, cres.signature)(dispatcher.py_func)
+            types[name] = arg_spec(signatures[name])
         with warnings.catch_warnings():  # pycc is marked for deprecation upstream; see docs/architecture.md
             warnings.simplefilter("ignore", PendingDeprecationWarning)
             cc.compile()
         built = next(work.glob(f"{MODULE}*"))
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.with_suffix(".types").write_text(kinds(arrays), encoding="utf-8")
+        target.with_suffix(".types").write_text(json.dumps(types), encoding="utf-8")
         tmp = target.with_suffix(f".{os.getpid()}.tmp")
         shutil.copyfile(built, tmp)
         os.replace(tmp, target)  # atomic, and last: a module on disk is complete, its types beside it

@@ -8,8 +8,8 @@ run never stops the others.
 
 * ``local`` (default): every core of this machine, one process each (``spawn``, so the workers
   start clean and load the simulator's compiled cache from disk). A small job never starts them:
-  runs execute in this process until they have taken :data:`INLINE_SECONDS`, about what starting
-  a worker costs, and only the rest goes to the pool.
+  runs execute in this process until they have taken :data:`INLINE_SECONDS` of CPU time, a few
+  times what starting a worker costs, and only the rest goes to the pool.
 * ``ray`` (``kvcargo[ray]``): connects to ``--address`` / ``RAY_ADDRESS``, or starts a local
   Ray instance (and stops it afterwards).
 * ``dask`` (``kvcargo[dask]``): a ``distributed`` scheduler at ``--address`` /
@@ -40,7 +40,7 @@ from kvcargo.errors import KvcargoError
 
 BACKENDS = ("local", "ray", "dask")
 INLINE_SECONDS = 4.0
-"""Seconds of runs the local backend does in its own process before it starts worker processes
+"""CPU seconds of runs the local backend does in its own process before it starts worker processes
 (each pays 1-2 s to import kvcargo and load the compiled engine on this project's 2-core
 machine, so on two cores the pool only pays for jobs of several seconds more)."""
 SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -142,9 +142,9 @@ class LocalBackend(Backend):
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
         first = 0
         while self._pool is None and first < len(items) and self._inline_s < self._inline_budget:
-            t = time.perf_counter()
+            t = time.process_time()  # CPU time: a loaded machine does not make the job look bigger
             result = run_chunk(fn, [items[first]])[0]
-            self._inline_s += time.perf_counter() - t
+            self._inline_s += time.process_time() - t
             yield first, result
             first += 1
         if first == len(items):
