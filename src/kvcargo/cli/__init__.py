@@ -37,6 +37,13 @@ def cli() -> None:
     """What it costs to move the KV cache from prefill to decode, and what to do about it."""
 
 
+def _register() -> None:
+    """Import every command now, for callers that read ``cli.commands`` (``main`` needs only the
+    one it runs)."""
+    for name in COMMANDS:
+        cli.add_command(cli.get_command(click.Context(cli), name))  # type: ignore[arg-type]
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script."""
     try:
