@@ -250,10 +250,8 @@ def _compile(arrays: tuple[np.ndarray, ...], signatures: dict[str, tuple[Any, ..
             cc.compile()
         built = next(work.glob(f"{MODULE}*"))
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.with_suffix(".types").write_text(json.dumps(types), encoding="utf-8")
-        tmp = target.with_suffix(f".{os.getpid()}.tmp")
-        shutil.copyfile(built, tmp)
-        os.replace(tmp, target)  # atomic, and last: a module on disk is complete, its types beside it
+        _write_atomically(target.with_suffix(".types"), json.dumps(types).encode())
+        _write_atomically(target, built.read_bytes())  # last: a module on disk has its types beside it
     except Exception as exc:  # noqa: BLE001 - no compiler, no pycc: the JIT serves instead
         print(f"kvcargo: could not build the ahead-of-time engine ({type(exc).__name__}); "
               "using numba's JIT", file=sys.stderr, flush=True)
@@ -262,3 +260,9 @@ def _compile(arrays: tuple[np.ndarray, ...], signatures: dict[str, tuple[Any, ..
         shutil.rmtree(work, ignore_errors=True)
     return _load()
 
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Concurrent builders (test workers) never expose a partial file."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
