@@ -1,12 +1,13 @@
 """Compilation of the engine's kernels with numba (the ``kvcargo[fast]`` extra), when it pays.
 
 The engine is written once, in a numba-compatible subset of Python. Every kernel starts as the
-plain function; a run whose estimated work is large enough calls :func:`use_compiled`, which
-imports numba, wraps every kernel in a cached dispatcher and puts the dispatchers where the plain
-functions were (the names each module imported), so from then on the whole process runs
-compiled. Small runs never import numba: importing it and loading the compiled engine from its
-on-disk cache costs about a second, while 800 requests run in about 0.2 s as plain Python. The
-two paths give bit-identical results.
+plain function; before a job, :func:`use_compiled` weighs what it would cost as plain Python
+against what compiling costs (:data:`COMPILE_COST_S`). When compiling pays, it imports numba,
+wraps every kernel in a cached dispatcher and puts the dispatchers where the plain functions
+were (the names each module imported), so from then on the whole process runs compiled. Small
+runs never import numba: importing it and loading the compiled engine from its on-disk cache
+costs about a second, while 800 requests run in about 0.2 s as plain Python. The paths give
+bit-identical results.
 
 ``KVCARGO_JIT=0`` never compiles, ``KVCARGO_JIT=1`` compiles for every run, ``KVCARGO_JIT=jit``
 too but never uses the ahead-of-time engine (kvcargo.engine.aot); unset, the work decides. The
@@ -49,9 +50,10 @@ def kernel(fn: F | None = None, *, inline: bool = False) -> F:
     if fn is None:
         return lambda f: kernel(f, inline=inline)  # type: ignore[return-value]
     own = _own_copy(fn)
-    if compiled():
-        return _dispatcher(own, inline)
     _plain.append((own, inline))
+    if compiled():  # a module imported after the process compiled
+        _dispatchers[id(own)] = _dispatcher(own, inline)
+        return _dispatchers[id(own)]
     return own  # type: ignore[return-value]
 
 

@@ -86,7 +86,6 @@ def _use(module: ModuleType) -> None:
         arrays = (*st, *writable(pr))
         return entry(*arrays) if fits(arrays, types[ENTRY]) else fallback(st, pr)
 
-    run_events.__doc__ = fallback.__doc__
     _runner = run_events
     _jit.rebind(fallback, run_events)
     for mod, name in HELPERS:
@@ -100,7 +99,6 @@ def _checked(export: Callable[..., Any], expected: list[str], fallback: Callable
     def call(*args: Any) -> Any:
         return export(*args) if fits(args, expected) else fallback(*args)
 
-    call.__doc__ = fallback.__doc__
     return call
 
 
