@@ -12,7 +12,6 @@ import click
 
 from kvcargo.errors import KvcargoError
 
-
 COMMANDS = ("handoff", "catalog", "simulate", "reproduce", "sweep", "capacity", "plan", "ui", "trace-stats",
             "validate")
 """Each command lives in ``kvcargo.cli.<name>`` (dashes as underscores) as ``command``."""

@@ -16,9 +16,9 @@ Where numba cannot build it (no C compiler), everything stays as before: the JIT
 from __future__ import annotations
 
 import hashlib
-import json
 import importlib.machinery
 import importlib.util
+import json
 import os
 import platform
 import shutil
