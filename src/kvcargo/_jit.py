@@ -16,12 +16,14 @@ test suite runs the engine every way.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import sys
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable)
@@ -30,15 +32,37 @@ MODE = os.environ.get("KVCARGO_JIT", "auto")
 AVAILABLE: bool = MODE != "0" and importlib.util.find_spec("numba") is not None
 """True when numba is installed and not disabled."""
 
+COMPILED_SOURCES = ("engine/*.py", "workload/*.py", "cost.py", "stats.py", "metrics.py", "_jit.py")
+"""The sources compiled code is built from: the modules that define kernels, the cost model the
+engine inlines, and the modules whose constants kernels read (numba freezes them in)."""
+
+
+def _cache_dir(base: str | None) -> str:
+    """A numba cache directory named after a hash of :data:`COMPILED_SOURCES`.
+
+    numba checks a cached kernel against its own source file only; a kernel that inlines a
+    helper from another module (the engine inlines the cost model's roofline) or reads its
+    constants would keep stale machine code after that module changed.
+    """
+    package = Path(__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(p for pattern in COMPILED_SOURCES for p in package.glob(pattern)):
+        digest.update(path.relative_to(package).as_posix().encode())
+        digest.update(path.read_bytes())
+    return str(Path(base or package / "__pycache__" / "numba") / digest.hexdigest()[:16])
+
+
 COMPILE_COST_S = 1.0
 """Seconds that importing numba and loading compiled kernels from its cache cost a process
 (measured on this project's 2-core machine: numba's import ~0.4 s, its typing registries and
 the cached code ~0.5 s): compiling pays once the plain Python it replaces would take longer."""
 
 _plain: list[tuple[types.FunctionType, bool]] = []
+_plain_ids: set[int] = set()
 _dispatchers: dict[int, Any] = {}
 _plain_s_done = 0.0
 _notice = False
+_cache_set = False
 
 
 def kernel(fn: F | None = None, *, inline: bool = False) -> F:
@@ -51,6 +75,7 @@ def kernel(fn: F | None = None, *, inline: bool = False) -> F:
         return lambda f: kernel(f, inline=inline)  # type: ignore[return-value]
     own = _own_copy(fn)
     _plain.append((own, inline))
+    _plain_ids.add(id(own))
     if compiled():  # a module imported after the process compiled
         _dispatchers[id(own)] = _dispatcher(own, inline)
         return _dispatchers[id(own)]
@@ -58,8 +83,14 @@ def kernel(fn: F | None = None, *, inline: bool = False) -> F:
 
 
 def compiled() -> bool:
-    """Whether this process runs the kernels compiled."""
+    """Whether this process runs the kernels compiled just in time."""
     return bool(_dispatchers)
+
+
+def fast(fn: Callable) -> bool:
+    """Whether ``fn`` (a kernel as its module binds it now) runs compiled, just in time or
+    ahead of time: a caller with a plain-Python alternative (``math.fsum``) uses it otherwise."""
+    return id(fn) not in _plain_ids
 
 
 def use_compiled(plain_s: float) -> bool:
@@ -102,15 +133,24 @@ def _own_copy(fn: Callable) -> types.FunctionType:
     return copy
 
 
+def _numba() -> Any:
+    """numba, with its cache directory keyed on the compiled sources (set at the first import)."""
+    global _cache_set
+    import numba
+
+    if not _cache_set:
+        numba.config.CACHE_DIR = _cache_dir(numba.config.CACHE_DIR)
+        _cache_set = True
+    return numba
+
+
 def _dispatcher(fn: types.FunctionType, inline: bool) -> Any:
     """numba's cached dispatcher of ``fn``: no Python objects, IEEE floats.
 
     ``error_model="numpy"``: a division needs no zero check (the engine never divides by zero;
     results are the same IEEE floats, so compiled and plain runs stay bit-identical).
     """
-    import numba
-
-    return numba.njit(cache=True, nogil=True, error_model="numpy", inline="always" if inline else "never")(fn)
+    return _numba().njit(cache=True, nogil=True, error_model="numpy", inline="always" if inline else "never")(fn)
 
 
 def compile_kernels(notice: bool = True) -> None:

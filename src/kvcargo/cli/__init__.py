@@ -12,8 +12,8 @@ import click
 
 from kvcargo.errors import KvcargoError
 
-COMMANDS = ("handoff", "catalog", "simulate", "reproduce", "sweep", "capacity", "plan", "ui", "trace-stats",
-            "validate")
+COMMANDS = ("handoff", "catalog", "simulate", "step", "reproduce", "sweep", "capacity", "plan", "ui", "trace-stats",
+            "validate", "calibrate")
 """Each command lives in ``kvcargo.cli.<name>`` (dashes as underscores) as ``command``."""
 
 

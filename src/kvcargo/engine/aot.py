@@ -5,7 +5,7 @@ typing registries, the cached machine code), far more than a run of a few thousa
 So the first run whose work pays for compiling also builds, with ``numba.pycc``, an extension
 module exporting :func:`kvcargo.engine.loop.run_events` over the state's and the parameters'
 arrays, and the other kernels a run calls from Python (:data:`HELPERS`: drawing the workload,
-the summary's token gaps). It is kept in kvcargo's cache directory (``KVCARGO_CACHE_DIR``, else
+the summary's token gaps and exact weighted sums). It is kept in kvcargo's cache directory (``KVCARGO_CACHE_DIR``, else
 ``~/.cache/kvcargo``) under a key of the engine's sources, numba's and Python's versions; later
 processes import it in milliseconds and never import numba to simulate. It is the same code
 through the same compiler, so its results are those of the JIT and of plain Python, bit for bit.
@@ -37,7 +37,8 @@ from kvcargo.engine.state import Params, State
 
 MODULE = "kvcargo_engine_aot"
 ENTRY = "run_arrays"
-HELPERS = (("kvcargo.workload.draws", "draw_requests"), ("kvcargo.metrics", "_token_gaps"))
+HELPERS = (("kvcargo.workload.draws", "draw_requests"), ("kvcargo.metrics", "_token_gaps"),
+           ("kvcargo.stats", "_weighted_sum"))
 """Kernels called from Python besides the event loop, exported under their own names."""
 ENGINE_PLAIN_S = 250e-6
 """Seconds of plain Python per request (and part of a hand-off) of a run: the event loop and
