@@ -258,8 +258,8 @@ def roofline(hf: np.ndarray, flops: float, nbytes: float) -> tuple[float, float,
     """
     t_c = flops / hf[HF_RF]
     t_m = nbytes / hf[HF_BW_UNIT] / hf[HF_RB]
-    e_c = flops * hf[HF_PJ_FLOP] * 1e-12 / hf[HF_SPEEDUP]
-    e_m = nbytes * hf[HF_PJ_BYTE] * 1e-12
+    e_c = flops * (hf[HF_PJ_FLOP] * 1e-12 / hf[HF_SPEEDUP])  # per-unit coefficients first (RS §2.3)
+    e_m = nbytes * (hf[HF_PJ_BYTE] * 1e-12)
     s = 1.0
     if hf[HF_DVFS] != 0.0 and t_c < t_m:
         s = max(hf[HF_SMIN], t_c / t_m)

@@ -78,13 +78,13 @@ def exact_mean(x: np.ndarray) -> float:
 
 
 def _lerp(a: float, b: float, t: float) -> float:
-    """numpy's interpolation, including its switch to ``b - (b - a)(1 - t)`` for t ≥ 0.5."""
-    diff = b - a
-    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
+    """The reference's interpolation ``a + (b - a)·t`` (RS §7; not numpy's, which switches to
+    ``b - (b - a)(1 - t)`` for t ≥ 0.5)."""
+    return a + (b - a) * t
 
 
 def _ranks(n: int, p: float) -> tuple[int, int, float]:
-    virtual = (n - 1) * (p / 100)
+    virtual = ((n - 1) * p) / 100  # integer product, then one division (RS §7)
     lo = math.floor(virtual)
     return lo, min(lo + 1, n - 1), virtual - lo
 
