@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from kvcargo.config import SimConfig
+from kvcargo.errors import KvcargoError
 
 MODES = ("colocated", "disagg")
 
@@ -40,13 +41,13 @@ def compare_configs(config: SimConfig) -> list[SimConfig]:
 def refuse_ignored(params: dict[str, Any], compare: bool, sweep: tuple[float, ...], as_json: bool) -> None:
     """Flags the comparison or the sweep would ignore are refused with one line."""
     if compare and params.get("mode") is not None:
-        raise click.UsageError("--compare runs both modes: drop --mode")
+        raise KvcargoError("--compare runs both modes: drop --mode")
     if sweep and params.get("rate") is not None:
-        raise click.UsageError("--sweep-rate sets the rates: drop --rate")
+        raise KvcargoError("--sweep-rate sets the rates: drop --rate")
     if sweep and as_json:
-        raise click.UsageError("--sweep-rate prints a table: drop --json")
+        raise KvcargoError("--sweep-rate prints a table: drop --json")
     if sweep and any(not r > 0 for r in sweep):
-        raise click.UsageError("--sweep-rate takes positive rates (requests or sessions per second)")
+        raise KvcargoError("--sweep-rate takes positive rates (requests or sessions per second)")
 
 
 def sweep_rates(config: SimConfig, rates: tuple[float, ...], compare: bool) -> str:

@@ -32,7 +32,7 @@ def scheduler_lines(s: dict[str, Any]) -> list[str]:
     if "swap_J" in s:
         out.append(f"  swapped out {s['swap_out_GB']:.3f} GB, in {s['swap_in_GB']:.3f} GB over the host link: "
                    f"{s['swap_seconds']:.3f} s, {s['swap_J']:.3f} J ({pct(s['share_swap'], 3)} of the energy)")
-    if "prefix_hit_rate" in s:
+    if "prefix_prompt_tokens" in s:
         out.append(f"  prefix cache: {pct(s['prefix_hit_rate'])} of {s['prefix_prompt_tokens']:,} prompt tokens hit; "
                    f"{s['prefix_evicted_tokens']:,} evicted, {s['prefix_cached_tokens_end']:,} cached at the end")
     return out
