@@ -77,6 +77,8 @@ class EngineOutput:
     """Scheduled engine: the serving levers' summary metrics."""
     swap_j: float = 0.0
     """Energy of KV swapped over the host link (paged KV with swap preemption)."""
+    spans: list | None = None
+    """Scheduled engine: (what, pool, instance, request, start, end) of every preemption."""
 
 
 def _ports(res: Resolved) -> tuple[np.ndarray, np.ndarray]:

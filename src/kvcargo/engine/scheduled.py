@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from kvcargo.config import Resolved
+from kvcargo import cost
 from kvcargo.cost import elementwise_pass, kv_capacity, mixed_work, model_coefficients, shape
 from kvcargo.engine.kvmemory import KvMemory, PrefixCache, ceil_div
 from kvcargo.errors import KvcargoError
@@ -65,6 +66,7 @@ class Req:
     covered: int = 0
     pins: list = field(default_factory=list)
     swapped_units: int = 0
+    preempted_at: float = NAN
     held: tuple = (0, ())
     """Prefill pool: (units, pinned segments) kept until the hand-off has landed."""
     status: int = 0
@@ -95,6 +97,17 @@ class Rules:
     host_pj_bit: float
     kv_tok: int
     scheduled: bool
+
+
+def price(hf: np.ndarray, flops: int, nbytes: float, ep_ops: float,
+          ep_bytes: float) -> tuple[float, Any, float, float, float]:
+    """Step time, FLOPs, bytes and energies: the roofline, plus the endpoint-compression pass
+    (RS §5) when the step completes prompts that are sent compressed."""
+    dt, e_c, e_m = cost.roofline(hf, flops, nbytes)
+    if not (ep_ops or ep_bytes):
+        return dt, flops, nbytes, e_c, e_m
+    x_t, x_c, x_m = elementwise_pass(hf, ep_ops, ep_bytes)
+    return dt + x_t, flops + ep_ops, nbytes + ep_bytes, e_c + x_c, e_m + x_m
 
 
 class Instance:
@@ -204,6 +217,7 @@ class Instance:
         self.queue.popleft()
         r.pins, r.covered, r.alloc, r.done, r.base = list(nodes), hit, need, hit, r.tokens_out
         self.mem.used += need
+        self.resumed(r, "preempted: recompute")
         if math.isnan(r.prefill_start):
             r.prefill_start = now
             self.prompt_tokens += r.p
@@ -259,6 +273,7 @@ class Instance:
     def preempt(self, v: Req) -> None:
         self.running.remove(v)
         self.preemptions += 1
+        v.preempted_at = self.env.now
         if self.rules.swap and v.decoding:
             n = v.alloc
             nbytes, _ = self.swap_cost(n)
@@ -308,18 +323,20 @@ class Instance:
             self.swap_in_bytes += nbytes
             self.mem.used += n
             r.alloc = n
+            self.resumed(r, "swapped out")
             bisect.insort(self.running, r, key=Req.key.fget)
 
+    def resumed(self, r: Req, what: str) -> None:
+        """A preempted request is back: record the span it spent out of the batch."""
+        if not math.isnan(r.preempted_at):
+            self.sim.spans.append((what, self.role, self.index, r.rid, r.preempted_at, self.env.now))
+            r.preempted_at = NAN
+
     # ------------------------------------------------------------------ steps
-    def step(self, flops: int, nbytes: float, ep_ops: float = 0.0, ep_bytes: float = 0.0) -> Generator:
-        """One step: its roofline time plus any host-link time owed; occupancy integrals from
-        the state before it."""
-        dt, e_c, e_m = self.sim.roofline(self.hf, flops, nbytes)
-        flops_f: Any = flops
-        if ep_ops or ep_bytes:
-            x_t, x_c, x_m = elementwise_pass(self.hf, ep_ops, ep_bytes)
-            dt, e_c, e_m = dt + x_t, e_c + x_c, e_m + x_m
-            flops_f, nbytes = flops + ep_ops, nbytes + ep_bytes
+    def step(self, flops: int, nbytes: float, ep_ops: float, ep_bytes: float, batch: int) -> Generator:
+        """One step (``batch`` decode rows): its roofline time plus any host-link time owed;
+        occupancy integrals from the state before it."""
+        dt, flops_f, nbytes, e_c, e_m = price(self.hf, flops, nbytes, ep_ops, ep_bytes)
         dt = dt + self.debt
         self.debt = 0.0
         if self.role != "prefill":
@@ -333,6 +350,8 @@ class Instance:
         self.e_c += e_c
         self.e_m += e_m
         self.steps += 1
+        if batch:
+            self.sim.step_log.append((self.env.now, self.env.now + dt, self.index, batch))
         yield self.env.timeout(dt)
 
     def advance(self, r: Req) -> None:
@@ -378,7 +397,7 @@ class Instance:
             self.running.remove(r)
             self.end(r)
 
-    def chunk_work(self, rows: list[tuple[Req, int]], dec: list[Req]) -> tuple[int, float, float, float]:
+    def chunk_work(self, rows: list[tuple[Req, int]], dec: list[Req]) -> tuple[int, float, float, float, int]:
         """Cost of a step over decode rows ``dec`` and prompt chunks ``rows`` (and the endpoint
         compression of the prompts it completes)."""
         c_sum = attn = kv = last = 0
@@ -397,7 +416,7 @@ class Instance:
                     ep_bytes += self.sim.ep_bytes[r.rid]
         context = sum(r.p + r.tokens_out for r in dec)
         flops, nbytes = mixed_work(self.sim.mi, self.sim.mf, len(dec), context, c_sum, attn, kv, last)
-        return flops, nbytes, ep_ops, ep_bytes
+        return flops, nbytes, ep_ops, ep_bytes, len(dec)
 
     def prompt_batch(self) -> list[Req]:
         """Whole prompts from the queue head within the token budget (§2.2)."""
@@ -536,19 +555,16 @@ class PlainInstance:
     def load(self) -> int:
         return len(self.queue) + len(self.running)
 
-    def charge(self, flops: int, nbytes: float, ep_ops: float, ep_bytes: float) -> Generator:
-        dt, e_c, e_m = self.sim.roofline(self.hf, flops, nbytes)
-        flops_f: Any = flops
-        if ep_ops or ep_bytes:
-            x_t, x_c, x_m = elementwise_pass(self.hf, ep_ops, ep_bytes)
-            dt, e_c, e_m = dt + x_t, e_c + x_c, e_m + x_m
-            flops_f, nbytes = flops + ep_ops, nbytes + ep_bytes
+    def charge(self, flops: int, nbytes: float, ep_ops: float, ep_bytes: float, batch: int) -> Generator:
+        dt, flops_f, nbytes, e_c, e_m = price(self.hf, flops, nbytes, ep_ops, ep_bytes)
         self.busy += dt
         self.flops += flops_f
         self.nbytes += nbytes
         self.e_c += e_c
         self.e_m += e_m
         self.steps += 1
+        if batch:
+            self.sim.step_log.append((self.env.now, self.env.now + dt, self.index, batch))
         yield self.env.timeout(dt)
 
     def loop(self) -> Generator:
@@ -564,7 +580,7 @@ class PlainInstance:
             if self.role == "decode" and self.running:
                 ctx = sum(r.p + r.tokens_out for r in self.running)
                 flops, nbytes = mixed_work(sim.mi, sim.mf, len(self.running), ctx, 0, 0, 0, 0)
-                yield from self.charge(flops, nbytes, 0.0, 0.0)
+                yield from self.charge(flops, nbytes, 0.0, 0.0, len(self.running))
                 still = []
                 for r in self.running:
                     r.itls.append(env.now - r.last_token)
@@ -587,7 +603,7 @@ class PlainInstance:
                 ep = [r.rid for r in batch if r.o > 1] if sim.endpoint else []
                 flops, nbytes = mixed_work(sim.mi, sim.mf, 0, 0, tokens, attn, tokens, len(batch))
                 yield from self.charge(flops, nbytes, sum(sim.ep_ops[i] for i in ep),
-                                       sum(sim.ep_bytes[i] for i in ep))
+                                       sum(sim.ep_bytes[i] for i in ep), 0)
                 for r in batch:
                     r.first_token = r.last_token = env.now
                     r.tokens_out = 1
@@ -622,9 +638,6 @@ class Sim:
             swap=(c.preemption or DEFAULT_PREEMPTION) == "swap", host_bw=host.bandwidth,
             host_latency=host.latency, host_pj_bit=host.pj_per_bit, kv_tok=kv_tok, scheduled=c.scheduled)
         self.prefix_caching = c.prefix_caching
-        from kvcargo.cost import roofline
-
-        self.roofline = roofline
         s = w.sessions
         self.reqs = [Req(i, float(w.arrival[i]), int(w.prompt[i]), int(w.output[i])) for i in range(len(w))]
         if s is not None:
@@ -636,6 +649,9 @@ class Sim:
         self.done = env.event()
         self.link_busy = self.link_j = self.transit_j = 0.0
         self.n_transfers = 0
+        self.step_log: list[tuple[float, float, int, int]] = []
+        self.spans: list[tuple[str, str, int, int, float, float]] = []
+        """Preemption spans: (what, pool, instance, request, start, end)."""
         self.endpoint = False
         self.colocated = res.colocated
         kind = Instance if c.scheduled or res.colocated else PlainInstance
@@ -833,6 +849,7 @@ def run_scheduled(res: Resolved):  # type: ignore[no-untyped-def]
     colocated = res.colocated
     zeros = np.zeros(n)
     moved = np.zeros(n, dtype=bool) if colocated else sim.xfer.transit_bound
+    log = np.array(sim.step_log, dtype=object).reshape(-1, 4)
     levers = lever_metrics(sim)
     swap_j = levers.get("swap_J", 0.0)
     return EngineOutput(
@@ -842,10 +859,10 @@ def run_scheduled(res: Resolved):  # type: ignore[no-untyped-def]
         status=col("status", np.int64), prefill_inst=col("prefill_inst", np.int64),
         decode_inst=col("decode_inst", np.int64), first_step=np.full(n, -1, dtype=np.int64), stats=stats,
         kv_held=np.zeros((res.n_prefill, 2)), send_fraction=np.ones(n), want_memory=np.full(n, np.nan),
-        reserved=np.full(n, np.nan), steps=np.zeros((0, 2)), step_inst=np.zeros((0, 2), dtype=np.int64),
+        reserved=np.full(n, np.nan), steps=log[:, :2].astype(np.float64), step_inst=log[:, 2:].astype(np.int64),
         horizon=float(sim.env.now), transfers=sim.n_transfers,
         port_busy=np.array([sim.link_busy]), port_channels=np.array([res.channels]),
         link_busy_s=sim.link_busy, link_j=sim.link_j, transit_j=sim.transit_j, transit_bound=moved,
         wire_bytes=zeros if colocated else sim.xfer.wire_bytes,
-        itl_values=itls, itl_offsets=offsets, levers=levers, swap_j=swap_j,
+        itl_values=itls, itl_offsets=offsets, levers=levers, swap_j=swap_j, spans=sim.spans,
     )
