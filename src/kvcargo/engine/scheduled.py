@@ -110,7 +110,38 @@ def price(hf: np.ndarray, flops: int, nbytes: float, ep_ops: float,
     return dt + x_t, flops + ep_ops, nbytes + ep_bytes, e_c + x_c, e_m + x_m
 
 
-class Instance:
+def next_token(r: Req, now: float) -> None:
+    """A request produced its next token now (its gap joins the inter-token latencies)."""
+    r.itls.append(now - r.last_token)
+    r.tokens_out += 1
+    r.last_token = now
+
+
+class Totals:
+    """What an instance accumulates, step by step, in step order."""
+
+    sim: Sim
+    index: int
+
+    def init_totals(self) -> None:
+        self.busy = self.flops = self.nbytes = self.e_c = self.e_m = 0.0
+        self.steps = 0
+
+    def spend(self, dt: float, flops: Any, nbytes: float, e_c: float, e_m: float, batch: int) -> Generator:
+        """Charge a step of ``dt`` seconds (``batch`` decode rows: logged) and wait it out."""
+        self.busy += dt
+        self.flops += flops
+        self.nbytes += nbytes
+        self.e_c += e_c
+        self.e_m += e_m
+        self.steps += 1
+        env = self.sim.env
+        if batch:
+            self.sim.step_log.append((env.now, env.now + dt, self.index, batch))
+        yield env.timeout(dt)
+
+
+class Instance(Totals):
     """A scheduled instance: colocated, prefill pool or decode pool (``role``)."""
 
     def __init__(self, sim: Sim, index: int, role: str, hf: np.ndarray, kvcap: int) -> None:
@@ -132,8 +163,7 @@ class Instance:
         self.in_flight = 0
         self.wake: Any = None
         self.debt = 0.0
-        self.busy = self.flops = self.nbytes = self.e_c = self.e_m = 0.0
-        self.steps = 0
+        self.init_totals()
         self.run_int = self.tok_int = self.alloc_int = 0.0
         self.swap_s = self.swap_j = 0.0
         self.swap_out = self.swap_in_bytes = 0
@@ -344,22 +374,11 @@ class Instance:
             self.run_int += len(self.running) * dt
             self.tok_int += sum(r.done - r.covered + r.tokens_out - r.base for r in self.running) * dt
             self.alloc_int += sum(r.alloc for r in self.running) * unit * dt
-        self.busy += dt
-        self.flops += flops_f
-        self.nbytes += nbytes
-        self.e_c += e_c
-        self.e_m += e_m
-        self.steps += 1
-        if batch:
-            self.sim.step_log.append((self.env.now, self.env.now + dt, self.index, batch))
-        yield self.env.timeout(dt)
+        yield from self.spend(dt, flops_f, nbytes, e_c, e_m, batch)
 
     def advance(self, r: Req) -> None:
         """A decode row got its next token."""
-        now = self.env.now
-        r.itls.append(now - r.last_token)
-        r.tokens_out += 1
-        r.last_token = now
+        next_token(r, self.env.now)
         if r.tokens_out >= r.o:
             self.running.remove(r)
             self.end(r)
@@ -385,9 +404,7 @@ class Instance:
                 self.sim.hand_off(r)
             return
         if r.tokens_out > 0:
-            r.itls.append(now - r.last_token)
-            r.tokens_out += 1
-            r.last_token = now
+            next_token(r, now)
         else:
             r.first_token = r.last_token = now
             r.tokens_out = 1
@@ -534,7 +551,7 @@ class Instance:
                 yield from self.sleep()
 
 
-class PlainInstance:
+class PlainInstance(Totals):
     """The reference's prefill or decode instance (RS §6.2), for closed-loop sessions that use
     no scheduling lever in disaggregated mode."""
 
@@ -544,8 +561,7 @@ class PlainInstance:
         self.running: list[Req] = []
         self.kv_used = 0
         self.wake: Any = None
-        self.busy = self.flops = self.nbytes = self.e_c = self.e_m = 0.0
-        self.steps = 0
+        self.init_totals()
 
     submit, poke, sleep = Instance.submit, Instance.poke, Instance.sleep
 
@@ -556,16 +572,7 @@ class PlainInstance:
         return len(self.queue) + len(self.running)
 
     def charge(self, flops: int, nbytes: float, ep_ops: float, ep_bytes: float, batch: int) -> Generator:
-        dt, flops_f, nbytes, e_c, e_m = price(self.hf, flops, nbytes, ep_ops, ep_bytes)
-        self.busy += dt
-        self.flops += flops_f
-        self.nbytes += nbytes
-        self.e_c += e_c
-        self.e_m += e_m
-        self.steps += 1
-        if batch:
-            self.sim.step_log.append((self.env.now, self.env.now + dt, self.index, batch))
-        yield self.env.timeout(dt)
+        yield from self.spend(*price(self.hf, flops, nbytes, ep_ops, ep_bytes), batch)
 
     def loop(self) -> Generator:
         sim, env = self.sim, self.env
@@ -583,9 +590,7 @@ class PlainInstance:
                 yield from self.charge(flops, nbytes, 0.0, 0.0, len(self.running))
                 still = []
                 for r in self.running:
-                    r.itls.append(env.now - r.last_token)
-                    r.tokens_out += 1
-                    r.last_token = env.now
+                    next_token(r, env.now)
                     if r.tokens_out >= r.o:
                         self.kv_used -= r.p + r.o
                         sim.finish(r)
