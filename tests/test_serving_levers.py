@@ -207,3 +207,13 @@ def test_ignored_or_impossible_flags_are_refused(args: list[str], needle: str) -
     assert p.returncode == 2
     assert needle in p.stderr and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == (4 if "fcfs" in args else 1)  # click's usage block for a bad choice
+
+
+def test_trace_block_ids_share_prefixes() -> None:
+    """A Mooncake trace's block ids become prefix chains: shared leading blocks are hits."""
+    trace = Path(__file__).resolve().parent / "data" / "traces" / "mooncake_conversation.jsonl"
+    c = SimConfig(workload_file=str(trace), limit=300, prefix_caching=True, prefill=2, decode=2)
+    s = simulate(c).summary
+    assert s["prefix_prompt_tokens"] == int(load_workload(c).prompt.sum())
+    assert 0 < s["prefix_hit_tokens"] < s["prefix_prompt_tokens"]
+    assert s["computed_prefill_tokens"] == s["prefix_prompt_tokens"] - s["prefix_hit_tokens"]

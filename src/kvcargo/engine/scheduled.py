@@ -24,13 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from kvcargo.config import Resolved
 from kvcargo import cost
+from kvcargo.config import Resolved
 from kvcargo.cost import elementwise_pass, kv_capacity, mixed_work, model_coefficients, shape
-from kvcargo.engine.kvmemory import KvMemory, PrefixCache, ceil_div
+from kvcargo.engine.kvmemory import KvMemory, PrefixCache
 from kvcargo.errors import KvcargoError
 from kvcargo.handoff import endpoint_work, transfers
 from kvcargo.serving import DEFAULT_BLOCK, DEFAULT_HOST_LINK, DEFAULT_MAX_SEQ_LEN, DEFAULT_PREEMPTION
+from kvcargo.workload.traces import BLOCK_TOKENS
 
 NAN = math.nan
 WATERMARK = 0.01
@@ -649,6 +650,9 @@ class Sim:
             for r in self.reqs:
                 r.chain, r.emit = s.chain[r.rid], s.emit[r.rid]
                 r.succ, r.think = int(s.successor[r.rid]), float(s.think[r.rid])
+        elif c.prefix_caching and w.block_ids is not None:
+            for r, chain in zip(self.reqs, block_chains(w)):
+                r.chain = chain
         roots = [r for r in self.reqs if s is None or s.predecessor[r.rid] < 0]
         self.completed = self.rejected = 0
         self.done = env.event()
@@ -779,6 +783,19 @@ class Sim:
 
     def run(self) -> None:
         self.env.run(until=self.done)
+
+
+def block_chains(w) -> list[tuple]:  # type: ignore[no-untyped-def]
+    """A trace's prompt block ids (Mooncake's ``hash_ids``: equal ids, equal prefix) as prefix
+    chains: one segment per block, the last one holding the rest of the prompt."""
+    chains = []
+    for i, prompt in enumerate(w.prompt.tolist()):
+        ids = w.block_ids[w.block_offsets[i]:w.block_offsets[i + 1]].tolist()
+        sizes = [BLOCK_TOKENS] * len(ids)
+        if ids:
+            sizes[-1] = max(1, prompt - BLOCK_TOKENS * (len(ids) - 1))
+        chains.append(tuple((f"b{b}", n) for b, n in zip(ids, sizes)))
+    return chains
 
 
 def uses_scheduled_engine(res: Resolved) -> bool:
