@@ -1,4 +1,4 @@
-"""Metrics: numpy-exact percentiles, exact ITLs without per-token lists, and invariants."""
+"""Metrics: the reference's percentiles, exact ITLs without per-token lists, and invariants."""
 
 from __future__ import annotations
 
@@ -26,10 +26,16 @@ floats = st.floats(min_value=1e-6, max_value=1e3, allow_nan=False)
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(floats, min_size=1, max_size=300))
-def test_percentiles_equal_numpy(xs: list[float]) -> None:
+def test_percentiles_follow_the_reference_formula(xs: list[float]) -> None:
+    """RS §7: k = ((n − 1)·p)/100, value x[⌊k⌋] + (x[⌈k⌉] − x[⌊k⌋])·(k − ⌊k⌋) on the sorted sample
+    (not numpy's, which evaluates the upper half from x[⌈k⌉] and differs in the last bit)."""
     d = describe(np.array(xs), "x")
+    x = sorted(xs)
     for p in (50, 90, 99):
-        assert d[f"x_p{p}"] == float(np.percentile(xs, p))
+        k = ((len(x) - 1) * p) / 100
+        lo, hi = math.floor(k), math.ceil(k)
+        assert d[f"x_p{p}"] == x[lo] + (x[hi] - x[lo]) * (k - lo)
+        assert math.isclose(d[f"x_p{p}"], float(np.percentile(xs, p)), rel_tol=1e-12)
     assert d["x_max"] == max(xs) and math.isclose(d["x_mean"], float(np.mean(xs)), rel_tol=1e-12)
 
 

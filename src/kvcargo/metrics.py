@@ -2,7 +2,7 @@
 
 Statistics follow the reference exactly: warm-up (the first 10% of completed requests by
 arrival) is excluded from latency and SLO figures; percentiles interpolate linearly between
-order statistics (numpy's default); means are exact (``fsum``). Inter-token latencies are never
+order statistics (the reference's evaluation order, RS §7); means are exact (``fsum``). Inter-token latencies are never
 stored per token: every gap after a request's first is the difference of two consecutive step
 ends of its decode instance, so the pooled sample is the step gaps weighted by how many steady
 requests were in each step, plus each request's first gap.

@@ -3,7 +3,7 @@
 * :func:`exact_sum` — the correctly rounded sum (``math.fsum``'s result: it is unique, so a
   compiled Shewchuk summation gives the same float); means are ``exact_sum / n`` as
   ``statistics.fmean``.
-* :func:`percentile` — numpy's default ('linear') percentile from order statistics found by
+* :func:`percentiles` — the reference's linear percentile (RS §7) from order statistics found by
   partial sorting (O(n) instead of a full sort).
 * :func:`weighted_order_stat` — order statistics of a sample given as (value, multiplicity).
 """
@@ -90,7 +90,8 @@ def _ranks(n: int, p: float) -> tuple[int, int, float]:
 
 
 def percentiles(x: np.ndarray, ps: tuple[float, ...]) -> list[float]:
-    """numpy's ``percentile(x, p)`` for each p (NaN when empty), by partial sorting."""
+    """The reference's percentile (RS §7: numpy's 'linear' rank, evaluated as ``x[lo] + (x[hi] −
+    x[lo])·f``) for each p (NaN when empty), by partial sorting."""
     n = len(x)
     if n == 0:
         return [math.nan] * len(ps)
