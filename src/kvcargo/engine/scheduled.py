@@ -322,13 +322,14 @@ class Instance(Totals):
         if self.rules.kv_policy != "paged":
             return
         running, mem = self.running, self.mem
+        unit = mem.unit
         i = 0
         while i < len(running):
             r = running[i]
-            if not r.decoding:
+            if r.done < r.t:
                 i += 1
                 continue
-            need = mem.units(r.p + r.tokens_out - r.covered)
+            need = -(-(r.p + r.tokens_out - r.covered) // unit)
             if need <= r.alloc:
                 i += 1
                 continue
@@ -377,12 +378,22 @@ class Instance(Totals):
             self.alloc_int += sum(r.alloc for r in self.running) * unit * dt
         yield from self.spend(dt, flops_f, nbytes, e_c, e_m, batch)
 
-    def advance(self, r: Req) -> None:
-        """A decode row got its next token."""
-        next_token(r, self.env.now)
-        if r.tokens_out >= r.o:
-            self.running.remove(r)
-            self.end(r)
+    def advance(self, rows: list[Req]) -> None:
+        """Every decode row of the step got its next token; those at their length finish (in
+        row order)."""
+        now = self.env.now
+        done = []
+        for r in rows:
+            r.itls.append(now - r.last_token)
+            r.tokens_out += 1
+            r.last_token = now
+            if r.tokens_out >= r.o:
+                done.append(r)
+        if done:
+            ended = set(map(id, done))
+            self.running = [r for r in self.running if id(r) not in ended]
+            for r in done:
+                self.end(r)
 
     def end(self, r: Req) -> None:
         self.emit(r)
@@ -465,18 +476,17 @@ class Instance(Totals):
             return
         rows = list(self.running)
         yield from self.step(*self.chunk_work([], rows))
-        for r in rows:
-            self.advance(r)
+        self.advance(rows)
 
     def chunked_step(self) -> Generator:
         """One Sarathi-Serve step: every decode row plus prompt chunks up to the budget (§2.4)."""
         self.grow()
         budget = self.rules.budget
-        dec = [r for r in self.running if r.decoding]
+        dec = [r for r in self.running if r.done >= r.t]
         n = len(dec)
         rows: list[tuple[Req, int]] = []
         for r in list(self.running):
-            if not r.decoding and n < budget:
+            if r.done < r.t and n < budget:
                 c = min(r.t - r.done, budget - n)
                 n += c
                 rows.append((r, c))
@@ -490,8 +500,7 @@ class Instance(Totals):
         if not dec and not rows:
             return False
         yield from self.step(*self.chunk_work(rows, dec))
-        for r in dec:
-            self.advance(r)
+        self.advance(dec)
         for r, c in rows:
             r.done += c
             if r.done == r.t:
