@@ -262,3 +262,50 @@ def test_any_lever_mix_settles_every_request_once_and_repeats_exactly(c: SimConf
         assert itl_total == int((ra["output_len"][done] - 1).sum())  # one gap per token after the first
     if c.kv_policy == "paged":
         assert s["preemptions"] >= 0 and s["recompute_tokens"] <= s["computed_prefill_tokens"]
+
+
+# ------------------------------------------------------------------ the second model
+
+
+@pytest.mark.parametrize("kw", [
+    dict(batch_policy="chunked", max_num_batched_tokens=256, kv_policy="paged", kv_block_size=8),
+    dict(batch_policy="decode-priority", kv_policy="max", max_seq_len=1024),
+    dict(batch_policy="chunked", kv_policy="pow2", max_num_batched_tokens=2048, instances=2),
+    dict(kv_policy="paged", preemption="swap", kv_block_size=32, host_link="eth-100g"),
+    dict(batch_policy="chunked", kv_policy="paged", preemption="swap", max_num_batched_tokens=512, instances=3),
+    dict(batch_policy="decode-priority", kv_policy="paged", kv_block_size=1),
+])
+def test_engine_equals_the_serving_oracle(kw: dict) -> None:
+    """kvcargo's scheduled engine and the test suite's second SimPy model of §1–§3 agree on every
+    timestamp, every token gap and the preemption totals."""
+    from kvcargo import catalog
+    from kvcargo.config import resolve
+
+    try:
+        from oracle.serving_oracle import run_serving_oracle
+    except ImportError:  # pragma: no cover
+        from tests.oracle.serving_oracle import run_serving_oracle  # type: ignore[no-redef]
+
+    c = SimConfig(mode="colocated", model="opt-13b", device="a100-40g", prompt=161, prompt_cv=1.0, output=338,
+                  output_cv=1.0, rate=9.0, requests=150, seed=3, **kw)
+    res = resolve(c)
+    cat = catalog.load()
+    o = run_serving_oracle(res.workload, model=res.model, pool=res.decode_pool, instances=res.n_decode,
+                           policy=c.batch_policy, kv_policy=c.kv_policy,
+                           budget=c.max_num_batched_tokens or c.token_budget, block=c.kv_block_size or 16,
+                           max_seq_len=c.max_seq_len or 2048, swap=c.preemption == "swap",
+                           host=cat.link(c.host_link or "pcie5"))
+    r = simulate(c)
+    got = r.requests()
+    for ours, theirs in (("prefill_start", "ps"), ("first_token", "ft"), ("decode_start", "ds"), ("finish", "fin")):
+        np.testing.assert_array_equal(got[ours], [q[theirs] for q in o["reqs"]], err_msg=ours)
+    out = r.output
+    for i, q in enumerate(o["reqs"]):
+        assert out.itl_values[out.itl_offsets[i]:out.itl_offsets[i + 1]].tolist() == q["itl"]
+    s = r.summary
+    assert s["computed_prefill_tokens"] == o["computed"] and s["horizon_s"] == o["horizon"]
+    if c.kv_policy == "paged":
+        assert (s["preemptions"], s["recompute_tokens"]) == (o["preemptions"], o["recompute"])
+        assert o["preemptions"] > 0
+    if c.preemption == "swap":
+        assert s["swap_seconds"] == o["swap_s"]
