@@ -274,30 +274,42 @@ def test_any_lever_mix_settles_every_request_once_and_repeats_exactly(c: SimConf
     dict(kv_policy="paged", preemption="swap", kv_block_size=32, host_link="eth-100g"),
     dict(batch_policy="chunked", kv_policy="paged", preemption="swap", max_num_batched_tokens=512, instances=3),
     dict(batch_policy="decode-priority", kv_policy="paged", kv_block_size=1),
+    dict(mode="disagg", prefill=2, decode=2, kv_policy="paged"),
+    dict(mode="disagg", prefill=1, decode=2, kv_policy="paged", preemption="swap", batch_policy="chunked",
+         max_num_batched_tokens=384, link="eth-25g"),
+    dict(mode="disagg", prefill=2, decode=1, kv_policy="pow2", batch_policy="decode-priority", link_channels=2),
+    dict(mode="disagg", prefill=3, decode=2, max_num_batched_tokens=8192, decode_device="a100"),
 ])
 def test_engine_equals_the_serving_oracle(kw: dict) -> None:
-    """kvcargo's scheduled engine and the test suite's second SimPy model of §1–§3 agree on every
-    timestamp, every token gap and the preemption totals."""
+    """kvcargo's scheduled engine and the test suite's second SimPy model of §1–§4 agree on every
+    timestamp, every token gap and the preemption totals (also where no published check reaches:
+    several prefill and decode instances, recompute on a decode pool)."""
     from kvcargo import catalog
     from kvcargo.config import resolve
+    from kvcargo.cost import shape
+    from kvcargo.handoff import transfers
 
     try:
         from oracle.serving_oracle import run_serving_oracle
     except ImportError:  # pragma: no cover
         from tests.oracle.serving_oracle import run_serving_oracle  # type: ignore[no-redef]
 
-    c = SimConfig(mode="colocated", model="opt-13b", device="a100-40g", prompt=161, prompt_cv=1.0, output=338,
-                  output_cv=1.0, rate=9.0, requests=150, seed=3, **kw)
+    kw = {"mode": "colocated", **kw}
+    c = SimConfig(model="opt-13b", device="a100-40g", prompt=161, prompt_cv=1.0, output=338, output_cv=1.0,
+                  rate=9.0, requests=150, seed=3, **kw)
     res = resolve(c)
-    cat = catalog.load()
-    o = run_serving_oracle(res.workload, model=res.model, pool=res.decode_pool, instances=res.n_decode,
+    w = res.workload
+    xfer = transfers(res.link, None, shape(res.model).handoff_bytes(w.prompt), res.model.kv_bytes)
+    o = run_serving_oracle(w, model=res.model, pool=res.decode_pool, instances=res.n_decode,
                            policy=c.batch_policy, kv_policy=c.kv_policy,
                            budget=c.max_num_batched_tokens or c.token_budget, block=c.kv_block_size or 16,
                            max_seq_len=c.max_seq_len or 2048, swap=c.preemption == "swap",
-                           host=cat.link(c.host_link or "pcie5"))
+                           host=catalog.load().link(c.host_link or "pcie5"), prefill_pool=res.prefill_pool,
+                           n_prefill=res.n_prefill, channels=res.channels, xfer_time=xfer.duration)
     r = simulate(c)
     got = r.requests()
-    for ours, theirs in (("prefill_start", "ps"), ("first_token", "ft"), ("decode_start", "ds"), ("finish", "fin")):
+    for ours, theirs in (("prefill_start", "ps"), ("first_token", "ft"), ("kv_start", "ks"), ("kv_ready", "kr"),
+                         ("decode_start", "ds"), ("finish", "fin")):
         np.testing.assert_array_equal(got[ours], [q[theirs] for q in o["reqs"]], err_msg=ours)
     out = r.output
     for i, q in enumerate(o["reqs"]):
