@@ -279,11 +279,20 @@ def test_any_lever_mix_settles_every_request_once_and_repeats_exactly(c: SimConf
          max_num_batched_tokens=384, link="eth-25g"),
     dict(mode="disagg", prefill=2, decode=1, kv_policy="pow2", batch_policy="decode-priority", link_channels=2),
     dict(mode="disagg", prefill=3, decode=2, max_num_batched_tokens=8192, decode_device="a100"),
+    dict(prefix_caching=True, turns=3, think=0.5, system_prompts=3, system_len=400, kv_policy="paged",
+         batch_policy="chunked", max_num_batched_tokens=512),
+    dict(prefix_caching=True, turns=4, system_prompts=2, system_len=900, instances=2),
+    dict(mode="disagg", prefill=2, decode=2, prefix_caching=True, turns=3, think=1.0, system_prompts=2,
+         system_len=600, prefix_share=0.6, kv_policy="pow2"),
+    dict(mode="disagg", prefix_caching=True, turns=2, system_prompts=4, system_len=300, kv_policy="paged",
+         batch_policy="chunked", max_num_batched_tokens=256),
+    dict(prefix_caching=True, turns=3, system_prompts=8, system_len=1500, kv_policy="paged"),  # evicts a lot
+    dict(mode="disagg", prefix_caching=True, turns=3, think=0.2, system_prompts=6, system_len=1800),
 ])
 def test_engine_equals_the_serving_oracle(kw: dict) -> None:
-    """kvcargo's scheduled engine and the test suite's second SimPy model of §1–§4 agree on every
-    timestamp, every token gap and the preemption totals (also where no published check reaches:
-    several prefill and decode instances, recompute on a decode pool)."""
+    """kvcargo's scheduled engine and the test suite's second SimPy model of §1–§6 agree on every
+    timestamp, every token gap and the preemption and prefix-cache totals (also where no published
+    check reaches: several prefill and decode instances, recompute on a decode pool, eviction)."""
     from kvcargo import catalog
     from kvcargo.config import resolve
     from kvcargo.cost import shape
@@ -305,10 +314,11 @@ def test_engine_equals_the_serving_oracle(kw: dict) -> None:
                            budget=c.max_num_batched_tokens or c.token_budget, block=c.kv_block_size or 16,
                            max_seq_len=c.max_seq_len or 2048, swap=c.preemption == "swap",
                            host=catalog.load().link(c.host_link or "pcie5"), prefill_pool=res.prefill_pool,
-                           n_prefill=res.n_prefill, channels=res.channels, xfer_time=xfer.duration)
+                           n_prefill=res.n_prefill, channels=res.channels, xfer_time=xfer.duration,
+                           prefix_caching=c.prefix_caching)
     r = simulate(c)
     got = r.requests()
-    for ours, theirs in (("prefill_start", "ps"), ("first_token", "ft"), ("kv_start", "ks"), ("kv_ready", "kr"),
+    for ours, theirs in (("arrival", "arr"), ("prefill_start", "ps"), ("first_token", "ft"), ("kv_start", "ks"), ("kv_ready", "kr"),
                          ("decode_start", "ds"), ("finish", "fin")):
         np.testing.assert_array_equal(got[ours], [q[theirs] for q in o["reqs"]], err_msg=ours)
     out = r.output
@@ -321,3 +331,6 @@ def test_engine_equals_the_serving_oracle(kw: dict) -> None:
         assert o["preemptions"] > 0
     if c.preemption == "swap":
         assert s["swap_seconds"] == o["swap_s"]
+    if c.prefix_caching:
+        assert (s["prefix_prompt_tokens"], s["prefix_hit_tokens"]) == (o["prompt"], o["hits"]) and o["hits"] > 0
+        assert (s["prefix_evicted_tokens"], s["prefix_cached_tokens_end"]) == (o["evicted"], o["cached"])
