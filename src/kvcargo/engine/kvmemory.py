@@ -3,7 +3,8 @@
 Memory is counted in units: one token, or one block of ``--kv-block-size`` tokens under the paged
 policy. The prefix cache holds named prompt segments (a system prompt, an earlier turn) as a
 tree (a segment is cached only under its chain predecessor); unpinned leaves are evicted least
-recently used first (ties: the older node) when an allocation does not fit.
+recently used first (ties: the older node) when an allocation does not fit — SGLang's
+RadixAttention (Zheng et al., arXiv:2312.07104) at the granularity of whole named segments.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ prompt batch, a decode step or a chunked mixed step — priced by the pool's cos
 (:func:`kvcargo.cost.mixed_work`). In disaggregated mode a prefilled request first reserves KV
 on its decode instance, then moves over the shared link.
 
+The rules mirror vLLM's scheduler (PagedAttention, preemption by recompute or swap: Kwon et al.,
+SOSP 2023, arXiv:2309.06180) and Sarathi-Serve's chunked prefill (Agrawal et al., OSDI 2024,
+arXiv:2403.02310) as the companion simulator models them.
+
 SimPy keeps the companion's event order (zero-delay wakes, FIFO link channels, same-time
 callbacks), which decides ties and therefore the last bits. Events are per step and per request,
 never per token.
