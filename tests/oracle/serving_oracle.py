@@ -333,34 +333,45 @@ def run_serving_oracle(wl: Workload, *, model: Model, pool: Pool, instances: int
         dec["inbox"].append(r)
         pull(dec)
 
+    def fill_chunks(inst: dict, n: int, max_rows: float) -> list:
+        """Sarathi-Serve: prompt chunks of the rows still prefilling, then of new admissions,
+        until the step holds ``budget`` tokens (``n`` already taken by decode rows)."""
+        chunks = []
+        for r in list(inst["run"]):
+            if r["done"] < r["t"] and n < budget:
+                c = min(r["t"] - r["done"], budget - n)
+                n += c
+                chunks.append((r, c))
+        while inst["q"] and n < budget and len(inst["run"]) < max_rows and not inst["sw"]:
+            r = admit(inst)
+            if r is None:
+                break
+            c = min(r["t"] - r["done"], budget - n)
+            n += c
+            chunks.append((r, c))
+        return chunks
+
+    def whole_prompts(inst: dict, max_rows: float) -> list:
+        """Prompts from the queue head while their uncached tokens fit the budget (the first
+        always goes)."""
+        batch, tokens = [], 0
+        while inst["q"] and len(inst["run"]) < max_rows and not inst["sw"]:
+            head = inst["q"][0]
+            t = head["t"] or head["p"]
+            if batch and tokens + t - hits(inst, head, t)[0] > budget:
+                break
+            if admit(inst) is None:
+                break
+            batch.append(head)
+            tokens += head["t"] - head["done"]
+        return batch
+
     def prefill_loop(inst: dict):
         while True:
-            chunks = []
             if policy == "chunked":
-                n = 0
-                for r in list(inst["run"]):
-                    if n < budget:
-                        c = min(r["t"] - r["done"], budget - n)
-                        n += c
-                        chunks.append((r, c))
-                while inst["q"] and n < budget:
-                    r = admit(inst)
-                    if r is None:
-                        break
-                    c = min(r["t"] - r["done"], budget - n)
-                    n += c
-                    chunks.append((r, c))
+                chunks = fill_chunks(inst, 0, math.inf)
             else:
-                tokens = 0
-                while inst["q"]:
-                    head = inst["q"][0]
-                    t = head["t"] or head["p"]
-                    if chunks and tokens + t - hits(inst, head, t)[0] > budget:
-                        break
-                    if admit(inst) is None:
-                        break
-                    chunks.append((head, head["t"] - head["done"]))
-                    tokens += head["t"] - head["done"]
+                chunks = [(r, r["t"] - r["done"]) for r in whole_prompts(inst, math.inf)]
             if not chunks:
                 inst["sleeping"] = env.event()
                 yield inst["sleeping"]
@@ -393,20 +404,7 @@ def run_serving_oracle(wl: Workload, *, model: Model, pool: Pool, instances: int
             if policy == "chunked":
                 grow(inst)
                 dec = [r for r in inst["run"] if r["done"] >= r["t"]]
-                n = len(dec)
-                chunks = []
-                for r in list(inst["run"]):
-                    if r["done"] < r["t"] and n < budget:
-                        c = min(r["t"] - r["done"], budget - n)
-                        n += c
-                        chunks.append((r, c))
-                while inst["q"] and n < budget and len(inst["run"]) < MAX_ROWS and not inst["sw"]:
-                    r = admit(inst)
-                    if r is None:
-                        break
-                    c = min(r["t"] - r["done"], budget - n)
-                    n += c
-                    chunks.append((r, c))
+                chunks = fill_chunks(inst, len(dec), MAX_ROWS)
                 if not dec and not chunks:
                     inst["sleeping"] = env.event()
                     yield inst["sleeping"]
@@ -419,19 +417,7 @@ def run_serving_oracle(wl: Workload, *, model: Model, pool: Pool, instances: int
                     if r["done"] == r["t"]:
                         prompt_done(inst, r)
                 continue
-            if policy == "decode-priority" and inst["run"]:
-                batch = []
-            else:
-                batch, tokens = [], 0
-                while inst["q"] and len(inst["run"]) < MAX_ROWS and not inst["sw"]:
-                    head = inst["q"][0]
-                    t = head["t"] or head["p"]
-                    if batch and tokens + t - hits(inst, head, t)[0] > budget:
-                        break
-                    if admit(inst) is None:
-                        break
-                    batch.append(head)
-                    tokens += head["t"] - head["done"]
+            batch = [] if policy == "decode-priority" and inst["run"] else whole_prompts(inst, MAX_ROWS)
             if batch:
                 yield step(inst, [], [(r, r["t"] - r["done"]) for r in batch])
                 for r in batch:
