@@ -795,7 +795,12 @@ class Sim:
             self.done.succeed()
 
     def run(self) -> None:
-        self.env.run(until=self.done)
+        try:
+            self.env.run(until=self.done)
+        except RuntimeError as exc:  # no event left: a request can never be admitted
+            left = len(self.reqs) - self.completed - self.rejected
+            raise KvcargoError(f"the run stalled with {left} requests unserved (no KV memory ever frees for "
+                               "them): give the instances more memory or fewer tokens per request") from exc
 
 
 def block_chains(w) -> list[tuple]:  # type: ignore[no-untyped-def]
