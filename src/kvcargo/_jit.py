@@ -7,8 +7,11 @@ functions run as plain Python and give bit-identical results, only slower.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 F = TypeVar("F", bound=Callable)
@@ -22,6 +25,31 @@ except ImportError:
 
 ENABLED: bool = _numba is not None
 """True when the engine runs compiled."""
+
+
+def _cache_dir() -> str:
+    """Where compiled kernels are cached: one folder per version of the package's sources.
+
+    numba invalidates a cached kernel only when the file defining it changes, not when a kernel
+    it inlines does (the engine inlines the cost model's), so after an edit of ``cost.py`` the
+    engine would otherwise keep running the old cost model.
+    """
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha1()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.read_bytes())
+    for base in (root / "__pycache__", Path(tempfile.gettempdir())):
+        folder = base / f"kvcargo-numba-{digest.hexdigest()[:16]}"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            return str(folder)
+        except OSError:
+            continue
+    return ""
+
+
+if _numba is not None and not _numba.config.CACHE_DIR:
+    _numba.config.CACHE_DIR = _cache_dir()
 
 
 def kernel(fn: F | None = None, *, inline: bool = False) -> F:
