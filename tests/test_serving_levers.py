@@ -199,6 +199,7 @@ def test_prefix_share_draws_one_uniform_per_session() -> None:
     (["--kv-policy", "paged", "--preemption", "swap", "--prefix-caching"], "not modelled"),
     (["--workload", "chat", "--turns", "4"], "--turns is set by --workload chat"),
     (["--batch-policy", "chunked", "--send", "layerwise"], "reference hand-off"),
+    (["--kv-policy", "paged", "--cost-model", "calibrated"], "reference roofline"),
     (["--sweep-rate", "1", "2", "--rate", "3"], "--sweep-rate sets the rates"),
     (["--compare", "--mode", "disagg"], "--compare runs both modes"),
     (["--batch-policy", "fcfs"], "fcfs"),

@@ -154,6 +154,20 @@ class SimConfig(BaseModel):
     (needs a trace with block ids, e.g. Mooncake's ``hash_ids``)."""
     catalog: tuple[str, ...] = ()
     """Extra catalog TOML files, in order."""
+    cost_model: Literal["roofline", "calibrated"] = "roofline"
+    """Step costs from the reference roofline, or from measured kernels plus fitted framework
+    constants (tensor parallel over each instance's devices; see docs/accuracy.md)."""
+    link_model: Literal["line-rate", "measured"] = "line-rate"
+    """Links at line rate plus a latency (reference), or the measured per-message overhead,
+    efficiency, per-channel ceiling and per-layer cost of each catalog link."""
+
+    @model_validator(mode="after")
+    def _check_calibrated(self) -> SimConfig:
+        if self.cost_model == "calibrated" and self.dvfs:
+            raise ValueError("--dvfs is a roofline clock model: it needs --cost-model roofline")
+        if self.link_model != "line-rate" and self.mode == "colocated":
+            raise ValueError("--link-model shapes the hand-off: it needs --mode disagg")
+        return self
     # The companion's serving levers (levers-serving spec); defaults leave a run as the reference.
     batch_policy: Literal["prefill-priority", "decode-priority", "chunked"] = "prefill-priority"
     """Step scheduling: prefill first (reference), decode first, or chunked prefill mixed with

@@ -71,6 +71,9 @@ def check_serving(c: SimConfig) -> None:
     if (c.scheduled or closed_loop) and any(_changed(c, f) for f in HANDOFF_MODELS):
         raise ValueError("the serving levers and multi-turn sessions use the reference hand-off: drop --send, "
                          "--topology, --link-sharing, --kv-reserve and --decode-prefix-cache")
+    if (c.scheduled or closed_loop) and (c.cost_model != "roofline" or c.link_model != "line-rate"):
+        raise ValueError("the serving levers and multi-turn sessions are priced by the reference roofline and "
+                         "link: drop --cost-model and --link-model")
     if c.prefix_caching and c.decode_prefix_cache:
         raise ValueError("--prefix-caching and --decode-prefix-cache are two prefix caches: choose one")
 

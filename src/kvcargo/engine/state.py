@@ -73,7 +73,7 @@ ARRIVAL_T, XFER_TIME, XFER_J, TRANSIT_J, EP_OPS, EP_BYTES = range(6)
 PROMPT, OUTPUT, QUAD = range(3)
 # ``Params.ints``: limits and switches.
 (P_NPREFILL, P_COLOCATED, P_BUDGET, P_MAXBATCH, P_KVCAP, P_ENDPOINT, P_GROUPS, P_TOPOLOGY, P_FAIR, P_RESERVE,
- P_EARLY, P_DECCOST, P_PREFILL_KVCAP, P_PREFIX, P_BLOCK_TOKENS) = range(15)
+ P_EARLY, P_DECCOST, P_PREFILL_KVCAP, P_PREFIX, P_BLOCK_TOKENS, P_CALIBRATED) = range(16)
 # ``Params.pf``: per port, bandwidth of one channel (bytes/s), latency (s), channels.
 PF_BW, PF_LATENCY, PF_CHANNELS = range(3)
 
@@ -98,6 +98,10 @@ class Params(NamedTuple):
     blocks: np.ndarray
     block_offsets: np.ndarray
     """With a prefix cache: each request's prompt blocks (dense ids), flat, with offsets."""
+    ct: np.ndarray
+    cs: np.ndarray
+    """``--cost-model calibrated``: per pool row, the tabulated step costs and their scalars
+    (see :func:`kvcargo.calibrated.tabulate`); a small dummy under the roofline."""
 
 
 class State(NamedTuple):

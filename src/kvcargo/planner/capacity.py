@@ -24,9 +24,11 @@ from typing import Any
 import numpy as np
 
 from kvcargo.config import Resolved, SimConfig, colocated_pool, resolve
-from kvcargo.cost import Pool, decode_step, elementwise_pass, kv_capacity, prefill_step, shape
+from kvcargo.cost import Pool, elementwise_pass, kv_capacity, shape
 from kvcargo.errors import KvcargoError
-from kvcargo.handoff import endpoint_work, transfers
+from kvcargo.handoff import endpoint_work
+from kvcargo.linkmodel import link_transfers
+from kvcargo.steps import step_cost
 
 TARGET = 0.9
 """Default share of (steady) requests that must meet both SLOs."""
@@ -83,7 +85,7 @@ def mean_lengths(res: Resolved) -> tuple[float, float]:
 def _prefill_ceiling(config: SimConfig, model, pool: Pool, p: float, compression) -> tuple[float, int, float]:
     n = max(1, math.floor(config.token_budget / p))
     s = max(1, round(p))
-    t = prefill_step(model, pool, [s] * n, config.lm_head).time
+    t = step_cost(model, pool, "prefill", n, s, config.cost_model, config.lm_head)["time_s"]
     if compression is not None and compression.at == "endpoint":
         nbytes = np.full(n, float(shape(model).handoff_bytes(s)))
         ops, moved = endpoint_work(compression, nbytes, np.full(n, s), model.kv_bytes)
@@ -94,7 +96,7 @@ def _prefill_ceiling(config: SimConfig, model, pool: Pool, p: float, compression
 def _decode_ceiling(config: SimConfig, model, pool: Pool, kvcap: int, p: float, o: float) -> tuple[float, int, int, float]:
     b = max(1, min(config.max_batch, math.floor(kvcap / (p + o))))
     ctx = math.floor(p + o / 2)
-    t = decode_step(model, pool, b, ctx).time
+    t = step_cost(model, pool, "decode", b, ctx, config.cost_model)["time_s"]
     return b / t / max(1, o - 1), b, ctx, t
 
 
@@ -118,8 +120,8 @@ def ceilings(config: SimConfig) -> Ceilings:
                         n_col, cpf, cdc)
     pf, n_pf, t_pf = _prefill_ceiling(config, model, res.prefill_pool, p, res.compression)
     dc, b, ctx, t_dc = _decode_ceiling(config, model, res.decode_pool, res.kv_capacity, p, o)
-    xfer = transfers(res.link, res.compression, np.array([shape(model).handoff_bytes(p)], dtype=np.float64),
-                     model.kv_bytes)
+    xfer = link_transfers(config.link_model, res.link, res.compression,
+                          np.array([shape(model).handoff_bytes(p)], dtype=np.float64), model.kv_bytes)
     t_x = float(xfer.duration[0])
     link = res.channels / t_x
     if config.topology == "nic":  # a NIC (or several) per instance: pairs of instances transfer in parallel

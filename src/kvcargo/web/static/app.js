@@ -252,6 +252,8 @@ const SIM_FIELDS = [
   ["topology", "Topology", "choice:shared|nic|nvlink-domain", "Hand-off"],
   ["link_sharing", "Link sharing", "choice:fcfs|fair", "Hand-off"],
   ["kv_reserve", "Decode KV reserved", "choice:at-decode|at-transfer", "Hand-off"],
+  ["cost_model", "Cost model", "choice:roofline|calibrated", "Pools"],
+  ["link_model", "Link model", "choice:line-rate|measured", "Hand-off"],
   ["batch_policy", "Batching", "choice:prefill-priority|decode-priority|chunked", "Scheduling & memory"],
   ["max_num_batched_tokens", "Tokens per step", "int", "Scheduling & memory"],
   ["kv_policy", "KV reservation", "choice:oracle|pow2|max|paged", "Scheduling & memory"],
