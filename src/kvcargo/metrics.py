@@ -84,6 +84,10 @@ def stage_times(out: EngineOutput) -> dict[str, np.ndarray]:
 
 def itl_sample(out: EngineOutput, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every token gap after the first token of ``requests``, as (values, multiplicities)."""
+    if out.itl_values is not None:
+        spans = [out.itl_values[out.itl_offsets[r]:out.itl_offsets[r + 1]] for r in requests]
+        values = np.concatenate(spans) if spans else np.zeros(0)
+        return values, np.ones(len(values), dtype=np.int64)
     sel = requests[(out.output[requests] >= 2) & (out.first_step[requests] >= 0)]
     return _token_gaps(out.steps[:, 1], out.step_inst[:, 0], max(1, out.resolved.n_decode),
                        out.decode_inst[sel], out.first_step[sel], out.output[sel], out.first_token[sel])
@@ -184,6 +188,10 @@ def summarize(out: EngineOutput) -> dict[str, Any]:
     s["instances"] = _instances(out)
     s |= _hotspot(s, res.colocated)
     s |= _cost(out, s["output_tok_per_s"])
+    if out.levers:
+        s |= out.levers
+        if "swap_J" in out.levers:
+            s["share_swap"] = out.swap_j / s["energy_j"]
     latency = out.finish[done] - out.arrival[done]
     s["littles_population"] = exact_sum(latency) / H if H > 0 else math.nan
     s["littles_expected"] = s["req_per_s"] * exact_mean(latency)
@@ -263,6 +271,8 @@ def _energy(out: EngineOutput, out_tokens: int) -> dict[str, float]:
     compute = sum(row[S_EC] for row in stats)
     memory = sum(row[S_EM] for row in stats)
     total = static + compute + memory + out.link_j + out.transit_j
+    if out.swap_j:
+        total += out.swap_j
     return {
         "energy_j": total,
         "energy_static_j": static, "energy_compute_j": compute, "energy_memory_j": memory,
