@@ -48,8 +48,14 @@ class Compression:
     """freq-keep-k: fraction of coefficients kept (ratio 1/keep)."""
     given_ratio: float | None = None
     """The ``ratio`` codec: the wire ratio the user measured."""
+    ops_per_byte: float = TRANSIT_OPS_PER_BYTE
+    """In transit: the stage's compute budget, operations per line byte."""
+    pj_per_bit: float = TRANSIT_PJ_PER_BIT
+    """In transit: the stage's energy per input bit."""
 
     def __post_init__(self) -> None:
+        if not self.ops_per_byte > 0:
+            raise KvcargoError(f"--transit-ops-per-byte must be > 0, got {self.ops_per_byte:g}")
         if self.at not in ("transit", "endpoint"):
             raise KvcargoError(f"unknown placement {self.at!r}; valid choices: endpoint, transit")
         if self.keep is not None:
@@ -143,9 +149,9 @@ def transfers(link: Link, compression: Compression | None, nbytes: np.ndarray, k
         t_ops, transit_j = zeros, zeros
         duration = link.latency + t_wire
     else:
-        t_ops = (compression.codec.ops_per_value * (n / kv_value_bytes)) / (TRANSIT_OPS_PER_BYTE * link.bandwidth)
+        t_ops = (compression.codec.ops_per_value * (n / kv_value_bytes)) / (compression.ops_per_byte * link.bandwidth)
         duration = link.latency + TRANSIT_LATENCY_S + np.maximum(t_wire, t_ops)
-        transit_j = n * 8 * TRANSIT_PJ_PER_BIT * 1e-12
+        transit_j = n * 8 * compression.pj_per_bit * 1e-12
         latency = link.latency + TRANSIT_LATENCY_S
     slice_time = np.maximum(t_wire, t_ops) / groups
     return Transfers(duration, wire, wire * 8 * link.pj_per_bit * 1e-12, transit_j, t_ops > t_wire,

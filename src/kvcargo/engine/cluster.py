@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvcargo.config import Resolved
-from kvcargo.cost import kv_capacity, model_coefficients, shape
+from kvcargo.cost import model_coefficients, shape
 from kvcargo.engine import state as S
 from kvcargo.engine.loop import run_events
 from kvcargo.engine.state import Params, by_reference, grown, new_state
@@ -69,6 +69,10 @@ class EngineOutput:
     transit_bound: np.ndarray
     wire_bytes: np.ndarray
     """Per request: bytes its hand-off puts on the wire."""
+    lever_stats: np.ndarray
+    """Per instance: communication s, scale-up J, draft s, rows verified, tokens they gained."""
+    verify_passes: np.ndarray
+    """Speculative decoding, per request: the verify passes it took part in."""
 
 
 def _ports(res: Resolved) -> tuple[np.ndarray, np.ndarray]:
@@ -101,6 +105,8 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     prompt = np.ascontiguousarray(w.prompt, dtype=np.int64)
     n = len(prompt)
     kv_bytes = shape(res.model).handoff_bytes(prompt)
+    if res.levers.draft is not None:  # the draft's prompt KV crosses as well
+        kv_bytes = kv_bytes + prompt * res.levers.draft.kv_per_token
     groups = (c.layer_groups or res.model.layers) if c.send == "layerwise" else 1
     rf = np.zeros((n, 6))
     rf[:, S.ARRIVAL_T] = w.arrival
@@ -133,7 +139,7 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     ri[:, S.OUTPUT] = w.output
     ri[:, S.QUAD] = prompt * (prompt + 1)
     pf, domain = _ports(res)
-    ints = np.zeros(15, dtype=np.int64)
+    ints = np.zeros(S.P_INTS, dtype=np.int64)
     ints[S.P_NPREFILL] = res.n_prefill
     ints[S.P_COLOCATED] = int(res.colocated)
     ints[S.P_BUDGET] = c.token_budget
@@ -146,15 +152,23 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     ints[S.P_RESERVE] = int(c.kv_reserve == "at-transfer")
     ints[S.P_EARLY] = int(c.topology != "shared" or c.kv_reserve == "at-transfer" or c.decode_prefix_cache)
     ints[S.P_DECCOST] = int(dec_cost)
-    ints[S.P_PREFILL_KVCAP] = kv_capacity(res.model, res.prefill_pool) if not res.colocated else res.kv_capacity
+    ints[S.P_PREFILL_KVCAP] = res.levers.prefill.kv_capacity
     blocks, offsets = _dense_blocks(w) if c.decode_prefix_cache else (np.zeros(1, np.int64), np.zeros(n + 1, np.int64))
     ints[S.P_PREFIX] = int(c.decode_prefix_cache)
     ints[S.P_BLOCK_TOKENS] = BLOCK_TOKENS
     mi, mf = model_coefficients(res.model, c.lm_head)
     hf = np.stack([res.prefill_pool.coefficients(), res.decode_pool.coefficients()])
+    lev = res.levers
+    lf, hs = lev.layout_arrays(res.model, res.prefill_pool, res.decode_pool)
+    mid, mfd, alpha = mi, mf, 0.0
+    if lev.draft is not None:
+        mid, mfd = model_coefficients(lev.draft.model, c.lm_head)
+        ints[S.P_SPEC], ints[S.P_GAMMA], ints[S.P_SPEC_SEED] = 1, lev.draft.gamma, lev.draft.seed
+        alpha = lev.draft.alpha
     return Params(rf=rf, rx=rx, ri=ri, mi=mi, mf=mf, hf=hf, ints=ints, pf=pf,
                   port_cap=pf[:, S.PF_BW] * pf[:, S.PF_CHANNELS], domain=domain, blocks=blocks,
-                  block_offsets=offsets), xfer
+                  block_offsets=offsets, lf=lf, hs=hs, mid=mid, mfd=mfd,
+                  hd=lev.draft_arrays(res.prefill_pool, res.decode_pool), alpha=float(alpha)), xfer
 
 
 def _dense_blocks(w) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
@@ -175,7 +189,7 @@ def run(res: Resolved) -> EngineOutput:
     st = new_state(n, n_slots, res.n_decode, res.n_prefill + res.n_decode, res.config.max_batch, channels,
                    int(params.ints[S.P_GROUPS]), bool(params.ints[S.P_FAIR]), log_capacity=guess,
                    n_blocks=int(params.blocks.max()) + 1 if params.ints[S.P_PREFIX] else 0,
-                   extra=len(params.rx) == n)
+                   extra=len(params.rx) == n, speculative=bool(params.ints[S.P_SPEC]))
     pr = by_reference(params)
     while (code := run_events(by_reference(st), pr)) != S.FINISHED:
         st = grown(st, code)
@@ -202,5 +216,6 @@ def run(res: Resolved) -> EngineOutput:
         horizon=float(st.f[S.F_NOW]), transfers=int(st.i[S.I_XFERS]),
         port_busy=st.port_busy.copy(), port_channels=channels, link_busy_s=float(st.port_busy[0]),
         link_j=float(st.f[S.F_LINK_J]), transit_j=float(st.f[S.F_TRANSIT_J]), transit_bound=xfer.transit_bound,
-        wire_bytes=xfer.wire_bytes,
+        wire_bytes=xfer.wire_bytes, lever_stats=st.stats[:, S.S_COMM:S.S_GAINED + 1].copy(),
+        verify_passes=col(r, S.VERIFY),
     )

@@ -4,10 +4,12 @@ The engine never sees a hardware number: it hands these functions the packed coe
 arrays it was given and gets back times and energies.
 """
 
-from kvcargo import cost
+from kvcargo import cost, parallel, speculative
 from kvcargo._jit import kernel
 
-prefill_work = kernel(cost.prefill_work, inline=True)
-decode_work = kernel(cost.decode_work, inline=True)
 roofline = kernel(cost.roofline, inline=True)
 elementwise_pass = kernel(cost.elementwise_pass, inline=True)
+prefill_parts = cost.prefill_parts
+decode_parts = cost.decode_parts
+parallel_step = kernel(parallel.parallel_step, inline=True)
+verify_parts = speculative.verify_parts
