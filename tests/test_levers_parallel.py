@@ -325,3 +325,17 @@ def test_fast_is_accepted_where_it_changes_nothing() -> None:
     assert _same_summary(simulate(**SMALL, fast=True).summary, simulate(**SMALL).summary)
     assert _same_summary(simulate(**SMALL, mode="colocated", tp=1, fast=True).summary,
                          simulate(**SMALL, mode="colocated", tp=1).summary)
+
+
+def test_calculator_follows_kv_format_and_draft() -> None:
+    """``kvcargo handoff``: the KV crosses in its storage format; a draft's prompt KV crosses too."""
+    from kvcargo.handoff import calculate_keys
+
+    plain = calculate_keys(CAT, "llama3-8b", 2048, "ib-ndr")[0]
+    fp8 = calculate_keys(CAT, "llama3-8b", 2048, "ib-ndr", kv_format="fp8")[0]
+    mtp = calculate_keys(CAT, "llama3-8b", 2048, "ib-ndr", speculative="mtp")[0]
+    assert (plain.kv_bytes, fp8.kv_bytes, mtp.kv_bytes) == (268_435_456, 134_217_728, 2048 * (131_072 + 4096))
+    assert fp8.transfer_s == 10e-6 + 134_217_728 / 50e9
+    assert mtp.prefill_s > plain.prefill_s == fp8.prefill_s
+    with pytest.raises(KvcargoError, match="BF16 KV cache"):
+        calculate_keys(CAT, "llama3-8b", 2048, "ib-ndr", kv_compress="fp8", kv_format="fp8")

@@ -17,7 +17,8 @@ import numpy as np
 
 from kvcargo._jit import kernel
 from kvcargo.catalog import Catalog, Model
-from kvcargo.cost import MI_TWO_LD, MI_TWO_PMM, MF_KV_TOK, shape, weight_traffic
+from kvcargo.cost import HF_OVERHEAD, MF_KV_TOK, MI_TWO_LD, MI_TWO_PMM, Pool, model_coefficients, prefill_work, roofline, \
+    shape, weight_traffic
 from kvcargo.errors import KvcargoError
 
 MTP = "mtp"
@@ -81,6 +82,15 @@ def make_draft(target: Model, key: str, cat: Catalog, gamma: int | None, alpha: 
         resident = shape(model).w_res
     return Draft(model, resident, DEFAULT_GAMMA if gamma is None else gamma,
                  DEFAULT_ALPHA if alpha is None else alpha, DEFAULT_SEED if seed is None else seed)
+
+
+def draft_prefill_time(draft: Model, pool: Pool, prompts: list[int]) -> float:
+    """Seconds the draft's prefill of whole prompts adds to the target's (no step overhead)."""
+    mi, mf = model_coefficients(draft)
+    hf = pool.coefficients().copy()
+    hf[HF_OVERHEAD] = 0.0
+    flops, nbytes = prefill_work(mi, mf, sum(prompts), sum(s * (s + 1) for s in prompts), len(prompts))
+    return float(roofline(hf, flops, nbytes)[0])
 
 
 @kernel(inline=True)
