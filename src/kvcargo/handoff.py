@@ -258,11 +258,13 @@ def calculate(model: Model, prompt: int, link: Link, pool: Pool, compression: Co
 
 def calculate_keys(cat: Catalog, model: str, prompt: int, link: str, kv_compress: str | None = None,
                    kv_keep: float | None = None, kv_ratio: float | None = None, send: SendMode = "whole",
-                   device: str = "h100", devices_per_instance: int = 1, weight_format: str = "bf16",
-                   kv_format: str = "bf16", compute_format: str = "bf16",
+                   device: str = "h100", devices_per_instance: int = 1, weight_format: str | None = None,
+                   kv_format: str | None = None, compute_format: str | None = None,
                    speculative: str | None = None) -> tuple[HandoffResult, Model, Link, Pool]:
     """The calculator from catalog keys (what the CLI and the web API take): the result and the
-    model (in its storage formats), link and prefill pool it was computed for."""
+    model (in its storage formats), link and prefill pool it was computed for. Unset formats
+    are BF16."""
+    weight_format, kv_format, compute_format = (f or "bf16" for f in (weight_format, kv_format, compute_format))
     if compute_format not in ("bf16", weight_format):
         raise KvcargoError("--compute-format must be bf16 (weight-only) or the weight format itself")
     if kv_format != "bf16" and kv_compress:

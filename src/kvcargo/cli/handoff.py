@@ -36,8 +36,8 @@ def command(model: str, prompt: int, link: str, kv_compress: str | None, kv_keep
     """Hand-off size, transfer time, time exposed after prefill and link saturation rate."""
     cat = catalog_mod.load(catalog)
     keys = list(cat.links) if all_links else [link]
-    formats = {"weight_format": weight_format or "bf16", "kv_format": kv_format or "bf16",
-               "compute_format": compute_format or "bf16", "speculative": speculative}
+    formats = {"weight_format": weight_format, "kv_format": kv_format, "compute_format": compute_format,
+               "speculative": speculative}
     runs = [calculate_keys(cat, model, prompt, key, kv_compress, kv_keep, kv_ratio, send, device,
                            devices_per_instance, **formats) for key in keys]
     results = [r for r, *_ in runs]

@@ -8,13 +8,14 @@ from typing import Any
 
 import click
 
-from kvcargo.cli.options import sim_options
+from kvcargo.config import SimConfig
+from kvcargo.cli.options import field_options
 from kvcargo.cli.simulate import jsonable
 from kvcargo.cli.sweep import backend_options, describe_backend, open_backend, show_progress
 
 
 @click.command("plan")
-@sim_options
+@field_options(*(f for f in SimConfig.model_fields if f != "tp"))  # plan's own --tp lists devices per instance
 @click.option("--gpus", type=int, metavar="N", help="budget: at most N devices in all")
 @click.option("--usd", type=float, metavar="DOLLARS", help="budget: at most this much (catalog price_usd per device)")
 @click.option("--power-w", type=float, metavar="WATTS",

@@ -55,10 +55,10 @@ class HandoffParams(BaseModel):
     send: Literal["whole", "layerwise"] = _CLI["send"]
     device: str = _CLI["device"]
     devices_per_instance: Annotated[int, Field(ge=1, le=1024)] = _CLI["devices_per_instance"]
-    weight_format: NumberFormat = "bf16"
-    kv_format: NumberFormat = "bf16"
-    compute_format: NumberFormat = "bf16"
-    speculative: str | None = None
+    weight_format: NumberFormat | None = _CLI["weight_format"]
+    kv_format: NumberFormat | None = _CLI["kv_format"]
+    compute_format: NumberFormat | None = _CLI["compute_format"]
+    speculative: str | None = _CLI["speculative"]
 
 
 def parse_handoff(query: Sequence[tuple[str, str]]) -> HandoffParams:
@@ -68,7 +68,7 @@ def parse_handoff(query: Sequence[tuple[str, str]]) -> HandoffParams:
         if key in values:
             raise KvcargoError(f"parameter {key} given more than once")
         values[key] = value
-    for key in ("kv_compress", "kv_keep", "kv_ratio", "speculative"):
+    for key in ("kv_compress", "kv_keep", "kv_ratio", "speculative", "weight_format", "kv_format", "compute_format"):
         if values.get(key) == "":
             del values[key]
     try:
