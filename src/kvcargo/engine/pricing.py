@@ -33,16 +33,12 @@ def prefill_cost(st, pr, pool, row, tokens, quad, n):
     (time, FLOPs, bytes, compute J, memory J)."""
     flops, w, o = prefill_parts(pr.mi, pr.mf, tokens, quad, n)
     dt, nbytes, e_c, e_m = price_pass(st, pr, pool, row, flops, w, o, tokens)
+    step = (dt, flops, nbytes, e_c, e_m)
     if pr.ints[P_SPEC]:
         f_d, w_d, o_d = prefill_parts(pr.mid, pr.mfd, tokens, quad, n)
-        t_d, c_d, m_d = roofline(pr.hd[pool], f_d, w_d + o_d)
-        dt = dt + t_d
-        flops = flops + f_d
-        nbytes = nbytes + (w_d + o_d)
-        e_c = e_c + c_d
-        e_m = e_m + m_d
+        step, t_d = _with_draft_pass(pr, pool, step, f_d, w_d, o_d)
         st.stats[row, S_DRAFT_T] += 0.0 + t_d
-    return dt, flops, nbytes, e_c, e_m
+    return step
 
 
 @kernel
@@ -56,15 +52,20 @@ def decode_cost(st, pr, pool, row, batch, context):
     gamma = pr.ints[P_GAMMA]
     flops, w, o, tokens = verify_parts(pr.mi, pr.mf, batch, context, gamma)
     dt, nbytes, e_c, e_m = price_pass(st, pr, pool, row, flops, w, o, tokens)
+    step = (dt, flops, nbytes, e_c, e_m)
     draft_t = 0.0
     for j in range(gamma):
         f_d, w_d, o_d = decode_parts(pr.mid, pr.mfd, batch, context + j * batch)
-        t_d, c_d, m_d = roofline(pr.hd[pool], f_d, w_d + o_d)
-        dt = dt + t_d
-        flops = flops + f_d
-        nbytes = nbytes + (w_d + o_d)
-        e_c = e_c + c_d
-        e_m = e_m + m_d
+        step, t_d = _with_draft_pass(pr, pool, step, f_d, w_d, o_d)
         draft_t = draft_t + t_d
     st.stats[row, S_DRAFT_T] += draft_t
-    return dt, flops, nbytes, e_c, e_m
+    return step
+
+
+@kernel(inline=True)
+def _with_draft_pass(pr, pool, step, f_d, w_d, o_d):
+    """A step with one more draft pass (FLOPs ``f_d``, bytes ``w_d + o_d``) added left to right;
+    returns it and the pass's time."""
+    dt, flops, nbytes, e_c, e_m = step
+    t_d, c_d, m_d = roofline(pr.hd[pool], f_d, w_d + o_d)
+    return (dt + t_d, flops + f_d, nbytes + (w_d + o_d), e_c + c_d, e_m + m_d), t_d
