@@ -339,3 +339,16 @@ def test_calculator_follows_kv_format_and_draft() -> None:
     assert mtp.prefill_s > plain.prefill_s == fp8.prefill_s
     with pytest.raises(KvcargoError, match="BF16 KV cache"):
         calculate_keys(CAT, "llama3-8b", 2048, "ib-ndr", kv_compress="fp8", kv_format="fp8")
+
+
+def test_capacity_bounds_include_communication() -> None:
+    """The planner's analytic ceilings price a layout's steps with their all-reduces."""
+    from kvcargo import parallel
+    from kvcargo.planner.capacity import ceilings
+
+    base = {"model": "llama3-70b", "devices_per_instance": 4}
+    plain, tp4 = ceilings(SimConfig(**base)), ceilings(SimConfig(**base, tp=4))
+    pool = Pool(CAT.device("h100"), 4)
+    want = parallel.prefill_time(CAT.model("llama3-70b"), pool, Layout(tp=4), CAT.link("nvlink4"), [2048] * 4)
+    assert tp4.prefill_step_s == want > plain.prefill_step_s
+    assert tp4.decode < plain.decode

@@ -27,7 +27,8 @@ import numpy as np
 
 from kvcargo._jit import kernel
 from kvcargo.catalog import Device, Link, Model
-from kvcargo.cost import HBM_USABLE, HF_OVERHEAD, STEP_OVERHEAD_S, Pool, roofline, shape
+from kvcargo.cost import (HBM_USABLE, HF_OVERHEAD, STEP_OVERHEAD_S, LmHead, Pool, decode_parts, model_coefficients,
+                          prefill_parts, roofline, shape)
 from kvcargo.errors import KvcargoError
 
 _roofline = kernel(roofline, inline=True)
@@ -183,3 +184,21 @@ def stage_capacity(model: Model, device: Device, tp: int, pp: int, role: str,
     assert best is not None
     return best
 
+
+
+def prefill_time(model: Model, pool: Pool, layout: Layout, link: Link, prompts: list[int],
+                 lm_head: LmHead = "all") -> float:
+    """Seconds of one prefill step over whole prompts with a layout (planner bounds, reports)."""
+    mi, mf = model_coefficients(model, lm_head)
+    tokens = sum(prompts)
+    flops, w, o = prefill_parts(mi, mf, tokens, sum(s * (s + 1) for s in prompts), len(prompts))
+    return float(parallel_step(stage_coefficients(pool, layout.tp), layout_coefficients(layout, model, link),
+                               flops, w, o, tokens)[0])
+
+
+def decode_time(model: Model, pool: Pool, layout: Layout, link: Link, batch: int, context_per_seq: int) -> float:
+    """Seconds of one decode step of ``batch`` sequences of ``context_per_seq`` tokens with a layout."""
+    mi, mf = model_coefficients(model)
+    flops, w, o = decode_parts(mi, mf, batch, batch * context_per_seq)
+    return float(parallel_step(stage_coefficients(pool, layout.tp), layout_coefficients(layout, model, link),
+                               flops, w, o, batch)[0])

@@ -23,10 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from kvcargo import parallel
 from kvcargo.config import Resolved, SimConfig, colocated_pool, resolve
 from kvcargo.cost import Pool, decode_step, elementwise_pass, kv_capacity, prefill_step, shape
 from kvcargo.errors import KvcargoError
 from kvcargo.handoff import endpoint_work, transfers
+from kvcargo.levers import PoolLevers
 
 TARGET = 0.9
 """Default share of (steady) requests that must meet both SLOs."""
@@ -80,10 +82,14 @@ def mean_lengths(res: Resolved) -> tuple[float, float]:
     return res.config.prompt, res.config.output
 
 
-def _prefill_ceiling(config: SimConfig, model, pool: Pool, p: float, compression) -> tuple[float, int, float]:
+def _prefill_ceiling(config: SimConfig, model, pool: Pool, p: float, compression,
+                     lever: PoolLevers | None = None) -> tuple[float, int, float]:
     n = max(1, math.floor(config.token_budget / p))
     s = max(1, round(p))
-    t = prefill_step(model, pool, [s] * n, config.lm_head).time
+    if lever is not None and lever.layout is not None:  # with its communication
+        t = parallel.prefill_time(model, pool, lever.layout, lever.scale_up, [s] * n, config.lm_head)
+    else:
+        t = prefill_step(model, pool, [s] * n, config.lm_head).time
     if compression is not None and compression.at == "endpoint":
         nbytes = np.full(n, float(shape(model).handoff_bytes(s)))
         ops, moved = endpoint_work(compression, nbytes, np.full(n, s), model.kv_bytes)
@@ -91,10 +97,14 @@ def _prefill_ceiling(config: SimConfig, model, pool: Pool, p: float, compression
     return n / t, n, t
 
 
-def _decode_ceiling(config: SimConfig, model, pool: Pool, kvcap: int, p: float, o: float) -> tuple[float, int, int, float]:
+def _decode_ceiling(config: SimConfig, model, pool: Pool, kvcap: int, p: float, o: float,
+                    lever: PoolLevers | None = None) -> tuple[float, int, int, float]:
     b = max(1, min(config.max_batch, math.floor(kvcap / (p + o))))
     ctx = math.floor(p + o / 2)
-    t = decode_step(model, pool, b, ctx).time
+    if lever is not None and lever.layout is not None:  # with its communication
+        t = parallel.decode_time(model, pool, lever.layout, lever.scale_up, b, ctx)
+    else:
+        t = decode_step(model, pool, b, ctx).time
     return b / t / max(1, o - 1), b, ctx, t
 
 
@@ -105,10 +115,11 @@ def ceilings(config: SimConfig) -> Ceilings:
     p, o = mean_lengths(res)
     col_pool = colocated_pool(config, res.catalog)
     n_col = config.colocated_instances
-    col_kv = kv_capacity(model, col_pool)
+    col_lever = res.levers.decode if res.colocated else None
+    col_kv = col_lever.kv_capacity if col_lever else kv_capacity(model, col_pool)
     if col_kv > 0:
-        cpf, n_cpf, t_cpf = _prefill_ceiling(config, model, col_pool, p, None)
-        cdc, cb, cctx, t_cdc = _decode_ceiling(config, model, col_pool, col_kv, p, o)
+        cpf, n_cpf, t_cpf = _prefill_ceiling(config, model, col_pool, p, None, col_lever)
+        cdc, cb, cctx, t_cdc = _decode_ceiling(config, model, col_pool, col_kv, p, o, col_lever)
         col = n_col / (1 / cpf + 1 / cdc)
     else:  # the model does not fit one colocated instance of --device
         cpf = cdc = col = 0.0
@@ -116,8 +127,8 @@ def ceilings(config: SimConfig) -> Ceilings:
         return Ceilings("colocated", p, o, cpf * n_col, cdc * n_col, math.inf, col, col, "colocated",
                         cpf, cdc, n_col, n_col, n_cpf, t_cpf, cb, cctx, t_cdc, col_kv, 0.0, 0,
                         n_col, cpf, cdc)
-    pf, n_pf, t_pf = _prefill_ceiling(config, model, res.prefill_pool, p, res.compression)
-    dc, b, ctx, t_dc = _decode_ceiling(config, model, res.decode_pool, res.kv_capacity, p, o)
+    pf, n_pf, t_pf = _prefill_ceiling(config, model, res.prefill_pool, p, res.compression, res.levers.prefill)
+    dc, b, ctx, t_dc = _decode_ceiling(config, model, res.decode_pool, res.kv_capacity, p, o, res.levers.decode)
     xfer = transfers(res.link, res.compression, np.array([shape(model).handoff_bytes(p)], dtype=np.float64),
                      model.kv_bytes)
     t_x = float(xfer.duration[0])
