@@ -352,3 +352,13 @@ def test_capacity_bounds_include_communication() -> None:
     want = parallel.prefill_time(CAT.model("llama3-70b"), pool, Layout(tp=4), CAT.link("nvlink4"), [2048] * 4)
     assert tp4.prefill_step_s == want > plain.prefill_step_s
     assert tp4.decode < plain.decode
+
+
+def test_trace_names_the_layout_and_its_communication() -> None:
+    """The Perfetto trace's pool tracks say their layout and communication share."""
+    from kvcargo.report.perfetto import trace_events
+
+    r = simulate(model="llama3-70b", devices_per_instance=4, tp=4, requests=50)
+    names = [e["args"]["name"] for e in trace_events(r) if e.get("name") == "process_name"]
+    share = 100 * r.summary["comm_frac_decode"]
+    assert f"decode pool (4× h100, tp 4 × pp 1, {share:.1f}% of busy time communicating over NVLink 4)" in names
