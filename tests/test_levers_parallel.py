@@ -362,3 +362,69 @@ def test_trace_names_the_layout_and_its_communication() -> None:
     names = [e["args"]["name"] for e in trace_events(r) if e.get("name") == "process_name"]
     share = 100 * r.summary["comm_frac_decode"]
     assert f"decode pool (4× h100, tp 4 × pp 1, {share:.1f}% of busy time communicating over NVLink 4)" in names
+
+
+# ------------------------------------------------------------------------- against the oracle
+
+try:
+    from oracle import run_oracle
+except ImportError:  # pragma: no cover - when tests/ is a package
+    from tests.oracle import run_oracle  # type: ignore[no-redef]
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as hst  # noqa: E402
+
+
+@hst.composite
+def lever_configs(draw) -> dict:  # type: ignore[no-untyped-def]
+    """Small runs with a layout, formats and/or a draft (every combination the companion accepts)."""
+    model = draw(hst.sampled_from(["llama3-8b", "mixtral-8x7b"]))
+    n = draw(hst.sampled_from([2, 4]))
+    mode = draw(hst.sampled_from(["disagg", "colocated"]))
+    spec = draw(hst.sampled_from([None, "mtp", "llama3.2-1b"])) if model == "llama3-8b" else draw(
+        hst.sampled_from([None, "mtp"]))
+    pp = 1 if spec else draw(hst.sampled_from([1, 2]))
+    tp = n // pp
+    c = {"model": model, "devices_per_instance": n, "mode": mode, "tp": tp, "pp": pp,
+         "requests": draw(hst.integers(20, 80)), "rate": draw(hst.sampled_from([4.0, 20.0, 80.0])),
+         "seed": draw(hst.integers(0, 99)), "prompt": draw(hst.sampled_from([300.0, 2048.0])),
+         "output": draw(hst.sampled_from([8.0, 64.0])), "max_batch": draw(hst.sampled_from([4, 256]))}
+    if draw(hst.booleans()):
+        c["microbatches"] = draw(hst.integers(1, 3))
+    if model == "mixtral-8x7b" and tp > 1 and draw(hst.booleans()):
+        c |= {"ep": tp, "expert_imbalance": draw(hst.sampled_from([1.0, 1.4]))}
+    fmt = draw(hst.sampled_from(["bf16", "fp8", "int4"]))
+    c |= {"weight_format": fmt, "kv_format": draw(hst.sampled_from(["bf16", "fp8", "fp4"]))}
+    if fmt == "fp8" and draw(hst.booleans()):
+        c["compute_format"] = "fp8"
+    if spec:
+        c |= {"speculative": spec, "gamma": draw(hst.integers(1, 5)), "alpha": draw(hst.sampled_from([0.0, 0.5, 0.9, 1.0])),
+              "spec_seed": draw(hst.integers(-3, 3))}
+    if draw(hst.booleans()):
+        c["power_cap"], c["dvfs"] = 450.0, True
+    return c
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lever_configs())
+def test_engine_agrees_with_the_oracle_under_levers(flags: dict) -> None:
+    """Layouts, formats, MoE expert parallelism and speculation: every timestamp and every
+    per-instance total of the engine equals the independent SimPy oracle's."""
+    from kvcargo.engine.cluster import run as run_engine
+
+    res = resolve(SimConfig(**flags))
+    out = run_engine(res)
+    c = res.config
+    ora = run_oracle(res.workload, model=res.model, prefill_pool=res.prefill_pool, decode_pool=res.decode_pool,
+                     n_prefill=c.prefill, n_decode=c.decode, link=res.link, channels=res.channels, mode=c.mode,
+                     n_colocated=c.colocated_instances, lm_head=c.lm_head, token_budget=c.token_budget,
+                     max_batch=c.max_batch, levers=res.levers)
+    for col in ("prefill_start", "first_token", "kv_start", "kv_ready", "decode_start", "finish"):
+        a, b = getattr(out, col), getattr(ora, col)
+        assert ((a == b) | (np.isnan(a) & np.isnan(b))).all(), col
+    assert out.stats[:, 0].tolist() == ora.busy_s
+    assert out.stats[:, 2].tolist() == ora.bytes
+    assert out.stats[:, 3].tolist() == ora.compute_j and out.stats[:, 4].tolist() == ora.memory_j
+    if res.levers.draft is not None:
+        done = ~np.isnan(out.finish) & (out.output >= 2)
+        assert [len(ora.itls[i]) for i in np.nonzero(done)[0]] == (out.output[done] - 1).tolist()

@@ -6,6 +6,11 @@ SimPy ``Resource`` with ``channels`` slots is the single cluster-wide KV link; e
 FIFO list and an idle instance sleeps on an event that the next submit triggers. Only the step
 costs come from kvcargo (:mod:`kvcargo.cost`, :mod:`kvcargo.handoff`), which are tested elsewhere.
 It is slow and plain on purpose: its value is being obviously right.
+
+With ``levers`` it also follows the companion's parallel layouts and speculative decoding
+(levers-parallel §2, §6): a layout's slot pricing comes from :mod:`kvcargo.parallel`, while the
+verify pass's FLOPs, the draft passes' order and the mulberry32 acceptance draws are written out
+here again from the spec.
 """
 
 from __future__ import annotations
@@ -19,16 +24,21 @@ import simpy
 
 from kvcargo.catalog import Link, Model
 from kvcargo.cost import (
+    HF_OVERHEAD,
     Pool,
+    decode_parts,
     decode_work,
     elementwise_pass,
     kv_capacity,
     model_coefficients,
+    prefill_parts,
     prefill_work,
     roofline,
     shape,
 )
 from kvcargo.handoff import Compression, endpoint_work, transfers
+from kvcargo.levers import Levers
+from kvcargo.parallel import layout_coefficients, parallel_step, stage_coefficients
 from kvcargo.workload import Workload
 
 NAN = float("nan")
@@ -100,6 +110,11 @@ class _Instance:
     nbytes: float = 0.0
     compute_j: float = 0.0
     memory_j: float = 0.0
+    lf: np.ndarray | None = None
+    """With a parallel layout: its coefficients and the stage device's (``hs``)."""
+    hs: np.ndarray | None = None
+    hd: np.ndarray | None = None
+    """With a speculative draft: its roofline coefficients (the pool's devices, no overhead)."""
 
     def submit(self, req: _Req) -> None:
         """Append to the queue and wake the instance if it sleeps."""
@@ -126,13 +141,20 @@ class _Sim:
 
     def __init__(self, wl: Workload, model: Model, prefill_pool: Pool, decode_pool: Pool, n_prefill: int,
                  n_decode: int, link: Link, channels: int, compression: Compression | None, mode: str,
-                 n_colocated: int | None, lm_head: str, token_budget: int, max_batch: int) -> None:
+                 n_colocated: int | None, lm_head: str, token_budget: int, max_batch: int,
+                 levers: Levers | None = None) -> None:
         self.env = env = simpy.Environment()
+        self.model = model
         self.mi, self.mf = model_coefficients(model, lm_head)
+        self.draft = levers.draft if levers is not None else None
+        self.rng: dict[int, int] = {}  # per request: its acceptance stream's state
+        if self.draft is not None:
+            self.mid, self.mfd = model_coefficients(self.draft.model, lm_head)
         self.budget, self.max_batch, self.mode = token_budget, max_batch, mode
         self.reqs = [_Req(i, float(a), int(p), int(o))
                      for i, (a, p, o) in enumerate(zip(wl.arrival, wl.prompt, wl.output))]
         kv_tok = shape(model).kv_per_token
+        kv_tok += self.draft.kv_per_token if self.draft is not None else 0  # the draft's prompt KV too
         handoff = np.array([r.prompt * kv_tok for r in self.reqs], dtype=np.float64)
         if compression is not None and compression.at == "endpoint" and compression.ratio == 1.0 \
                 and compression.codec.ops_per_value == 0 and not compression.codec.fft:
@@ -146,11 +168,21 @@ class _Sim:
         self.link_busy = self.link_j = self.transit_j = 0.0
         self.n_transfers = 0
 
-        def inst(pool: Pool) -> _Instance:
-            return _Instance(env, pool.coefficients(), kv_capacity(model, pool))
+        def inst(pool: Pool, role: str = "decode") -> _Instance:
+            if levers is None:
+                return _Instance(env, pool.coefficients(), kv_capacity(model, pool))
+            pl = levers.prefill if role == "prefill" else levers.decode
+            i = _Instance(env, pool.coefficients(), pl.kv_capacity)
+            if pl.layout is not None:
+                i.lf = layout_coefficients(pl.layout, model, pl.scale_up)
+                i.hs = stage_coefficients(pool, pl.layout.tp)
+            if self.draft is not None:
+                i.hd = pool.coefficients().copy()
+                i.hd[HF_OVERHEAD] = 0.0
+            return i
 
         if mode == "disagg":
-            self.prefill = [inst(prefill_pool) for _ in range(n_prefill)]
+            self.prefill = [inst(prefill_pool, "prefill") for _ in range(n_prefill)]
             self.decode = [inst(decode_pool) for _ in range(n_decode)]
             for p in self.prefill:
                 env.process(self.prefill_loop(p))
@@ -202,9 +234,12 @@ class _Sim:
         """
         tokens = sum(r.prompt for r in batch)
         quad = sum(r.prompt * (r.prompt + 1) for r in batch)
-        flops, nbytes = prefill_work(self.mi, self.mf, tokens, quad, len(batch))
-        t, e_c, e_m = roofline(inst.hf, flops, nbytes)
-        flops = int(flops)  # exact Python int, like the reference's FLOP counts
+        flops, w, o = prefill_parts(self.mi, self.mf, tokens, quad, len(batch))
+        t, flops, nbytes, e_c, e_m = self.forward(inst, int(flops), w, o, tokens)
+        if self.draft is not None:  # the draft prefills the same prompts after the target
+            f_d, w_d, o_d = prefill_parts(self.mid, self.mfd, tokens, quad, len(batch))
+            t_d, c_d, m_d = roofline(inst.hd, f_d, w_d + o_d)
+            t, flops, nbytes, e_c, e_m = t + t_d, flops + int(f_d), nbytes + (w_d + o_d), e_c + c_d, e_m + m_d
         comp = self.compression
         senders = [r for r in batch if r.output > 1]
         if self.mode == "disagg" and comp is not None and comp.at == "endpoint" and senders:
@@ -219,15 +254,19 @@ class _Sim:
         """One continuous-batching decode step over every running sequence (§6.2.4)."""
         env = self.env
         ctx = sum(r.prompt + r.tokens_out for r in inst.running)
-        flops, nbytes = decode_work(self.mi, self.mf, len(inst.running), ctx)
-        t, e_c, e_m = roofline(inst.hf, flops, nbytes)
-        flops = int(flops)
+        b = len(inst.running)
+        if self.draft is None:
+            flops, w, o = decode_parts(self.mi, self.mf, b, ctx)
+            t, flops, nbytes, e_c, e_m = self.forward(inst, int(flops), w, o, b)
+        else:
+            t, flops, nbytes, e_c, e_m = self.speculative_step(inst, b, ctx)
         inst.charge(t, flops, nbytes, e_c, e_m)
         yield env.timeout(t)
         still = []
         for r in inst.running:
-            r.itls.append(env.now - r.last_token)
-            r.tokens_out += 1
+            gained = 1 if self.draft is None else self.accepted_plus_one(r)
+            r.itls += [env.now - r.last_token] + [0.0] * (gained - 1)
+            r.tokens_out += gained
             r.last_token = env.now
             if r.tokens_out >= r.output:
                 inst.kv_used -= r.prompt + r.output
@@ -235,6 +274,48 @@ class _Sim:
             else:
                 still.append(r)
         inst.running = still
+
+    def forward(self, inst: _Instance, flops: int, w: float, o: float, tokens: int) -> tuple:
+        """(time, FLOPs, bytes, compute J, memory J) of one target pass: the roofline on the
+        instance, or with a layout the GPipe slots and their communication (levers-parallel §2.2)."""
+        if inst.lf is None:
+            t, e_c, e_m = roofline(inst.hf, flops, w + o)
+            return t, flops, w + o, e_c, e_m
+        t, e_c, e_m, nbytes, _, _ = parallel_step(inst.hs, inst.lf, flops, w, o, tokens)
+        return t, flops, nbytes, e_c, e_m
+
+    def speculative_step(self, inst: _Instance, b: int, ctx: int) -> tuple:
+        """A verify pass of γ + 1 tokens per row (the causal FLOPs written out here), then γ
+        draft decode passes over growing contexts (levers-parallel §6.3)."""
+        m, g = self.model, self.draft.gamma
+        c = g + 1
+        p_mm = model_coefficients(m)[0][0] // 2
+        flops = 2 * p_mm * b * c + 2 * m.layers * m.d_model * c * (2 * ctx + b * (c + 1))
+        _, w, _ = decode_parts(self.mi, self.mf, b * c, 0)
+        o = (ctx + b * c) * float(shape(m).kv_per_token)
+        t, flops, nbytes, e_c, e_m = self.forward(inst, flops, w, o, b * c)
+        for j in range(g):
+            f_d, w_d, o_d = decode_parts(self.mid, self.mfd, b, ctx + j * b)
+            t_d, c_d, m_d = roofline(inst.hd, f_d, w_d + o_d)
+            t, flops, nbytes, e_c, e_m = t + t_d, flops + int(f_d), nbytes + (w_d + o_d), e_c + c_d, e_m + m_d
+        return t, flops, nbytes, e_c, e_m
+
+    def accepted_plus_one(self, r: _Req) -> int:
+        """Tokens a row gains: its own mulberry32 stream (seeded at its first verify pass) draws
+        until a rejection or γ acceptances; plus the target's token, capped at what is left."""
+        d = self.draft
+        if r.i not in self.rng:
+            self.rng[r.i] = (d.seed + r.i * 2654435761) % 2**32
+        k = 0
+        while k < d.gamma:
+            a = (self.rng[r.i] + 0x6D2B79F5) % 2**32
+            self.rng[r.i] = a
+            t = ((a ^ (a >> 15)) * (a | 1)) % 2**32
+            t = ((t + ((t ^ (t >> 7)) * (t | 61)) % 2**32) % 2**32) ^ t
+            if ((t ^ (t >> 14)) % 2**32) / 2**32 >= d.alpha:
+                break
+            k += 1
+        return min(k + 1, r.output - r.tokens_out)
 
     def prefill_loop(self, inst: _Instance) -> Generator[simpy.Event, Any, None]:
         while True:
@@ -356,7 +437,7 @@ def _least(instances: list[_Instance], load: Any) -> _Instance:
 def run_oracle(workload: Workload, *, model: Model, prefill_pool: Pool, decode_pool: Pool, n_prefill: int = 1,
                n_decode: int = 1, link: Link, channels: int = 1, compression: Compression | None = None,
                mode: str = "disagg", n_colocated: int | None = None, lm_head: str = "all",
-               token_budget: int = 8192, max_batch: int = 256) -> OracleResult:
+               token_budget: int = 8192, max_batch: int = 256, levers: Levers | None = None) -> OracleResult:
     """Simulate ``workload`` on the cluster with the reference's event semantics (§6).
 
     ``mode="colocated"`` runs ``n_colocated`` (default ``n_prefill + n_decode``) instances of
@@ -365,4 +446,4 @@ def run_oracle(workload: Workload, *, model: Model, prefill_pool: Pool, decode_p
     if mode == "colocated":
         compression = None
     return _Sim(workload, model, prefill_pool, decode_pool, n_prefill, n_decode, link, channels, compression,
-                mode, n_colocated, lm_head, token_budget, max_batch).run()
+                mode, n_colocated, lm_head, token_budget, max_batch, levers).run()
