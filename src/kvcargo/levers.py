@@ -114,6 +114,8 @@ def _check_combinations(c: SimConfig, model: Model, layouts: dict[str, Layout | 
     """The companion's lever rules that name no pool (levers-parallel §9, §10)."""
     lever = (any(layouts.values()) or not is_default(c.weight_format, c.kv_format, c.compute_format)
              or c.speculative is not None or bool(model.experts))
+    if c.expert_imbalance is not None and not (model.experts and (c.ep or 1) > 1):
+        raise KvcargoError("--expert-imbalance applies only to a mixture-of-experts model with --ep > 1")
     if c.fast and c.mode == "disagg" and lever:
         raise KvcargoError("--fast is the plain decode instance's fast path: not with parallelism, quantisation, "
                            "speculative decoding or mixture-of-experts models")
