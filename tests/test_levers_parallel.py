@@ -438,3 +438,20 @@ def test_engine_agrees_with_the_oracle_under_levers(flags: dict) -> None:
     if res.levers.draft is not None:
         done = ~np.isnan(out.finish) & (out.output >= 2)
         assert [len(ora.itls[i]) for i in np.nonzero(done)[0]] == (out.output[done] - 1).tolist()
+
+
+def test_plan_searches_splits_and_formats() -> None:
+    """``plan --splits --formats``: every tp × pp split of each pool's devices (stages dividing the
+    layers) in every format, each a valid configuration with its own label."""
+    from kvcargo.planner import plan as plan_mod
+
+    base = SimConfig(model="llama3-70b", requests=100)
+    space = plan_mod.build_space(base, set(), plan_mod.Budget(gpus=8), tp=(4,), max_instances=1,
+                                 formats=("bf16", "fp8"), splits=True)
+    cands = plan_mod.enumerate_candidates(base, space, plan_mod.Budget(gpus=8))
+    layouts = {(c.config.prefill_tp, c.config.prefill_pp, c.config.decode_tp, c.config.decode_pp) for c in cands}
+    assert layouts == {(a, b, c, d) for a, b in ((4, 1), (2, 2), (1, 4)) for c, d in ((4, 1), (2, 2), (1, 4))}
+    assert {c.config.weight_format for c in cands} == {"bf16", "fp8"}
+    assert len({c.label for c in cands}) == len(cands) == 18
+    with pytest.raises(KvcargoError, match="--splits searches the layouts"):
+        plan_mod.build_space(SimConfig(tp=1), {"tp"}, plan_mod.Budget(gpus=8), splits=True)
