@@ -25,7 +25,7 @@ from kvcargo import catalog
 from kvcargo.cli.options import config_from
 from kvcargo.cli.simulate import command
 from kvcargo.config import SimConfig, resolve
-from kvcargo.cost import Pool, kv_capacity, model_coefficients, prefill_parts, decode_parts, roofline
+from kvcargo.cost import Pool, decode_parts, kv_capacity, model_coefficients, prefill_parts, roofline
 from kvcargo.errors import KvcargoError
 from kvcargo.formats import with_formats
 from kvcargo.parallel import Layout, layout_coefficients, parallel_step, stage_coefficients

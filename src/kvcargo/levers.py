@@ -16,7 +16,7 @@ import numpy as np
 from kvcargo.catalog import Catalog, Link, Model
 from kvcargo.cost import Pool, require_fit
 from kvcargo.errors import KvcargoError
-from kvcargo.formats import is_default, require_units, with_formats
+from kvcargo.formats import is_default, with_formats
 from kvcargo.parallel import Layout, layout_coefficients, stage_capacity, stage_coefficients
 from kvcargo.speculative import Draft, make_draft
 
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 class PoolLevers:
     """One pool's layout (or none), its scale-up link and the KV capacity of an instance."""
 
-    role: str
     layout: Layout | None
     scale_up: Link | None
     kv_capacity: int
@@ -82,10 +81,9 @@ def layout_of(config: SimConfig, role: str, cat: Catalog) -> Layout | None:
 
 def resolve_levers(config: SimConfig, cat: Catalog, model: Model, pools: dict[str, Pool]) -> Levers:
     """Check the levers and compute each pool's capacity (``pools``: role → pool, prefill first;
-    one entry, ``colocated``, in colocated mode). ``model`` is already in its storage formats."""
+    one entry, ``colocated``, in colocated mode). ``model`` is already in its storage formats and
+    the pools' devices have units for the compute format (:func:`kvcargo.formats.require_units`)."""
     c = config
-    for role, pool in pools.items():
-        require_units(pool.device, c.compute_format, role)
     layouts = {role: layout_of(c, role, cat) for role in pools}
     _check_combinations(c, model, layouts)
     draft = None
@@ -105,7 +103,7 @@ def resolve_levers(config: SimConfig, cat: Catalog, model: Model, pools: dict[st
         link = None
         if layout is not None:
             link = layout.link or cat.link(pool.device.scale_up)
-        resolved[role] = PoolLevers(role, layout, link, cap)
+        resolved[role] = PoolLevers(layout, link, cap)
     first = next(iter(resolved.values()))
     return Levers(resolved.get("prefill", first), resolved.get("decode", first), draft)
 

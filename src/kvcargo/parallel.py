@@ -27,8 +27,18 @@ import numpy as np
 
 from kvcargo._jit import kernel
 from kvcargo.catalog import Device, Link, Model
-from kvcargo.cost import (HBM_USABLE, HF_OVERHEAD, STEP_OVERHEAD_S, LmHead, Pool, decode_parts, model_coefficients,
-                          prefill_parts, roofline, shape)
+from kvcargo.cost import (
+    HBM_USABLE,
+    HF_OVERHEAD,
+    STEP_OVERHEAD_S,
+    LmHead,
+    Pool,
+    decode_parts,
+    model_coefficients,
+    prefill_parts,
+    roofline,
+    shape,
+)
 from kvcargo.errors import KvcargoError
 
 _roofline = kernel(roofline, inline=True)
@@ -72,11 +82,6 @@ class Layout:
             raise KvcargoError(f"{where}: {model.name} has {model.layers} layers: not divisible into {self.pp} stages")
         if self.pp > 1 and model.dense_layers:
             raise KvcargoError(f"{where}: pipeline stages of a model with leading dense layers are not modelled")
-
-
-def scale_up_link(layout: Layout, device: Device, links: dict[str, Link]) -> Link:
-    """The link carrying TP/PP/EP traffic: the layout's, else the device's own (catalog)."""
-    return layout.link if layout.link is not None else links[device.scale_up]
 
 
 def stage_pool(pool: Pool, tp: int) -> Pool:

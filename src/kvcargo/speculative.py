@@ -17,9 +17,19 @@ import numpy as np
 
 from kvcargo._jit import kernel
 from kvcargo.catalog import Catalog, Model
-from kvcargo.cost import HF_OVERHEAD, MF_KV_TOK, MI_TWO_LD, MI_TWO_PMM, Pool, model_coefficients, prefill_work, roofline, \
-    shape, weight_traffic
+from kvcargo.cost import (
+    MF_KV_TOK,
+    MI_TWO_LD,
+    MI_TWO_PMM,
+    Pool,
+    model_coefficients,
+    prefill_work,
+    roofline,
+    shape,
+    weight_traffic,
+)
 from kvcargo.errors import KvcargoError
+from kvcargo.parallel import stage_coefficients
 
 MTP = "mtp"
 """The draft key of a multi-token-prediction head (one extra layer of the target)."""
@@ -87,10 +97,8 @@ def make_draft(target: Model, key: str, cat: Catalog, gamma: int | None, alpha: 
 def draft_prefill_time(draft: Model, pool: Pool, prompts: list[int]) -> float:
     """Seconds the draft's prefill of whole prompts adds to the target's (no step overhead)."""
     mi, mf = model_coefficients(draft)
-    hf = pool.coefficients().copy()
-    hf[HF_OVERHEAD] = 0.0
     flops, nbytes = prefill_work(mi, mf, sum(prompts), sum(s * (s + 1) for s in prompts), len(prompts))
-    return float(roofline(hf, flops, nbytes)[0])
+    return float(roofline(stage_coefficients(pool, pool.n), flops, nbytes)[0])
 
 
 @kernel(inline=True)

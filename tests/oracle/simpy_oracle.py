@@ -27,12 +27,10 @@ from kvcargo.cost import (
     HF_OVERHEAD,
     Pool,
     decode_parts,
-    decode_work,
     elementwise_pass,
     kv_capacity,
     model_coefficients,
     prefill_parts,
-    prefill_work,
     roofline,
     shape,
 )

@@ -8,10 +8,10 @@ from typing import Any
 
 import click
 
-from kvcargo.config import SimConfig
 from kvcargo.cli.options import field_options
 from kvcargo.cli.simulate import jsonable
 from kvcargo.cli.sweep import backend_options, describe_backend, open_backend, show_progress
+from kvcargo.config import SimConfig
 
 
 @click.command("plan")

@@ -31,7 +31,6 @@ from kvcargo.config import SimConfig
 from kvcargo.cost import Pool, kv_capacity
 from kvcargo.errors import KvcargoError
 from kvcargo.planner.backends import Backend, InlineBackend, TaskError
-from kvcargo.report.levers import lever_config
 from kvcargo.planner.capacity import (
     GROWTH,
     RTOL,
@@ -41,6 +40,7 @@ from kvcargo.planner.capacity import (
     ceilings,
     check_target,
 )
+from kvcargo.report.levers import lever_config
 
 CostKind = Literal["gpus", "usd", "power"]
 COST_KINDS: tuple[str, ...] = ("gpus", "usd", "power")
