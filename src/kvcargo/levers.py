@@ -123,7 +123,4 @@ def _check_combinations(c: SimConfig, model: Model, layouts: dict[str, Layout | 
         raise KvcargoError("--speculative with pipeline parallelism (pp > 1) is not modelled")
     if c.kv_compress is not None:
         raise KvcargoError("--speculative with --kv-compress: the draft's KV would cross uncompressed")
-    if c.mode == "disagg" and c.decode > 1:
-        raise KvcargoError("--speculative in disaggregated mode is modelled with one decode instance "
-                           "(--decode 1): the companion routes at hand-off with several")
 

@@ -110,7 +110,10 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     groups = (c.layer_groups or res.model.layers) if c.send == "layerwise" else 1
     rf = np.zeros((n, 6))
     rf[:, S.ARRIVAL_T] = w.arrival
-    rx = np.zeros((n if needs_extra_columns(c) else 1, 8))
+    # the pull model: decode reserves before the transfer, prefill holds the prompt KV until it lands
+    # (asked for, or the companion's scheduled pools under speculative decoding)
+    pull = c.kv_reserve == "at-transfer" or (res.levers.draft is not None and not res.colocated)
+    rx = np.zeros((n if needs_extra_columns(c) or pull else 1, 8))
     endpoint = dec_cost = False
     kvb = res.model.kv_bytes
     if res.colocated:
@@ -149,8 +152,8 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     ints[S.P_GROUPS] = groups
     ints[S.P_TOPOLOGY] = {"shared": S.SHARED, "nic": S.NIC, "nvlink-domain": S.DOMAIN}[c.topology]
     ints[S.P_FAIR] = int(c.link_sharing == "fair")
-    ints[S.P_RESERVE] = int(c.kv_reserve == "at-transfer")
-    ints[S.P_EARLY] = int(c.topology != "shared" or c.kv_reserve == "at-transfer" or c.decode_prefix_cache)
+    ints[S.P_RESERVE] = int(pull)
+    ints[S.P_EARLY] = int(c.topology != "shared" or pull or c.decode_prefix_cache)
     ints[S.P_DECCOST] = int(dec_cost)
     ints[S.P_PREFILL_KVCAP] = res.levers.prefill.kv_capacity
     blocks, offsets = _dense_blocks(w) if c.decode_prefix_cache else (np.zeros(1, np.int64), np.zeros(n + 1, np.int64))
