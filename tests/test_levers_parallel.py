@@ -455,3 +455,14 @@ def test_plan_searches_splits_and_formats() -> None:
     assert len({c.label for c in cands}) == len(cands) == 18
     with pytest.raises(KvcargoError, match="--splits searches the layouts"):
         plan_mod.build_space(SimConfig(tp=1), {"tp"}, plan_mod.Budget(gpus=8), splits=True)
+
+
+def test_speculative_pools_route_at_hand_off() -> None:
+    """Disaggregated speculation: every hand-off is routed when its prefill ends and reserves decode
+    memory before it moves (the pull model), so both decode instances serve and nothing waits for
+    memory after landing."""
+    r = simulate(requests=300, rate=16.0, prefill=2, decode=2, speculative="mtp")
+    o = r.output
+    assert r.summary["completed"] == 300
+    assert set(o.decode_inst.tolist()) == {0, 1}
+    assert (o.reserved <= o.kv_start).all() and (o.decode_start >= o.kv_ready).all()
