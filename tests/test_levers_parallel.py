@@ -466,3 +466,16 @@ def test_speculative_pools_route_at_hand_off() -> None:
     assert r.summary["completed"] == 300
     assert set(o.decode_inst.tolist()) == {0, 1}
     assert (o.reserved <= o.kv_start).all() and (o.decode_start >= o.kv_ready).all()
+
+
+def test_scale_up_link_from_a_user_catalog(tmp_path: Path) -> None:
+    """A user's catalog link can carry the scale-up traffic: half the bandwidth, longer all-reduces."""
+    path = tmp_path / "links.toml"
+    path.write_text('[links.slow-nvl]\nname = "Half NVLink 4"\nbandwidth = 225e9\nlatency = 5e-6\npj_per_bit = 5\n')
+    base = {"model": "llama3-70b", "devices_per_instance": 4, "tp": 4, "requests": 60}
+    own = simulate(**base).summary
+    slow = simulate(**base, scale_up_link="slow-nvl", catalog=(str(path),)).summary
+    assert slow["comm_s_decode"] > own["comm_s_decode"]
+    assert slow["energy_scale_up_j"] == pytest.approx(own["energy_scale_up_j"], rel=0.05)
+    with pytest.raises(KvcargoError, match="unknown link 'nope'"):
+        resolve(SimConfig(**base, scale_up_link="nope"))

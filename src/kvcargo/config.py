@@ -31,6 +31,8 @@ DEFAULT_RATE = 8.0
 """Arrival rate of generated workloads when none is given (req/s)."""
 MAX_REQUESTS = 50_000_000
 """Hard ceiling on generated requests (a typo should not exhaust the machine)."""
+MAX_GAMMA = 1024
+"""Most drafted tokens per verify pass (each costs a draft pass per step)."""
 
 
 class SimConfig(BaseModel):
@@ -187,7 +189,7 @@ class SimConfig(BaseModel):
     """Matmul input format: bf16 (weight-only quantisation) or the weight format (needs native units)."""
     speculative: str | None = None
     """Speculative decoding with this draft: 'mtp' (one extra layer) or a model key."""
-    gamma: Count | None = None
+    gamma: Annotated[int, Field(ge=1, le=MAX_GAMMA)] | None = None
     """Drafted tokens per verify pass (default 3; needs --speculative)."""
     alpha: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
     """Acceptance probability of each drafted token (default 0.7; needs --speculative)."""
