@@ -479,3 +479,13 @@ def test_scale_up_link_from_a_user_catalog(tmp_path: Path) -> None:
     assert slow["energy_scale_up_j"] == pytest.approx(own["energy_scale_up_j"], rel=0.05)
     with pytest.raises(KvcargoError, match="unknown link 'nope'"):
         resolve(SimConfig(**base, scale_up_link="nope"))
+
+
+def test_capacity_bounds_with_speculation() -> None:
+    """With a draft the decode ceiling counts the expected tokens per verify pass and the draft's
+    passes; the prefill ceiling the draft's prefill; the link ceiling the draft's KV."""
+    from kvcargo.planner.capacity import ceilings
+
+    plain, spec = ceilings(SimConfig()), ceilings(SimConfig(speculative="mtp"))
+    assert spec.decode > plain.decode and spec.prefill < plain.prefill
+    assert spec.transfer_s == 10e-6 + 2048 * (131_072 + 4096) / 50e9

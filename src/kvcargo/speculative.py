@@ -16,12 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvcargo._jit import kernel
-from kvcargo.catalog import Catalog, Model
+from kvcargo.catalog import Catalog, Link, Model
 from kvcargo.cost import (
     MF_KV_TOK,
     MI_TWO_LD,
     MI_TWO_PMM,
     Pool,
+    decode_parts,
     model_coefficients,
     prefill_work,
     roofline,
@@ -29,7 +30,7 @@ from kvcargo.cost import (
     weight_traffic,
 )
 from kvcargo.errors import KvcargoError
-from kvcargo.parallel import stage_coefficients
+from kvcargo.parallel import Layout, layout_coefficients, parallel_step, stage_coefficients
 
 MTP = "mtp"
 """The draft key of a multi-token-prediction head (one extra layer of the target)."""
@@ -99,6 +100,26 @@ def draft_prefill_time(draft: Model, pool: Pool, prompts: list[int]) -> float:
     mi, mf = model_coefficients(draft)
     flops, nbytes = prefill_work(mi, mf, sum(prompts), sum(s * (s + 1) for s in prompts), len(prompts))
     return float(roofline(stage_coefficients(pool, pool.n), flops, nbytes)[0])
+
+
+def speculative_step_time(model: Model, pool: Pool, draft: Draft, batch: int, context_per_seq: int,
+                          layout: Layout | None = None, link: Link | None = None) -> float:
+    """Seconds of one speculative decode step (a verify pass, then γ draft passes) over ``batch``
+    rows of ``context_per_seq`` tokens each (planner bounds)."""
+    mi, mf = model_coefficients(model)
+    context = batch * context_per_seq
+    flops, w, o, tokens = verify_parts(mi, mf, batch, context, draft.gamma)
+    if layout is None:
+        t = float(roofline(pool.coefficients(), flops, w + o)[0])
+    else:
+        t = float(parallel_step(stage_coefficients(pool, layout.tp), layout_coefficients(layout, model, link),
+                                flops, w, o, tokens)[0])
+    mid, mfd = model_coefficients(draft.model)
+    hd = stage_coefficients(pool, pool.n)
+    for j in range(draft.gamma):
+        f_d, w_d, o_d = decode_parts(mid, mfd, batch, context + j * batch)
+        t += float(roofline(hd, f_d, w_d + o_d)[0])
+    return t
 
 
 @kernel(inline=True)
