@@ -489,3 +489,12 @@ def test_capacity_bounds_with_speculation() -> None:
     plain, spec = ceilings(SimConfig()), ceilings(SimConfig(speculative="mtp"))
     assert spec.decode > plain.decode and spec.prefill < plain.prefill
     assert spec.transfer_s == 10e-6 + 2048 * (131_072 + 4096) / 50e9
+
+
+def test_ppa_area_only_for_the_reference_dies() -> None:
+    """``--ppa``: H100-SXM and A100-SXM have an area model; an H200 pool makes the cluster's area and
+    silicon dollars unknown (null), as in the companion."""
+    s = simulate(requests=50, ppa=True, decode_device="a100").summary
+    assert (s["ppa_total_mm2"], s["silicon_usd"]) == (814.0 + 826.0, 339.09863688464617 + 348.1625474720805)
+    h200 = simulate(requests=50, ppa=True, decode_device="h200").summary
+    assert all(math.isnan(h200[k]) for k in ("ppa_total_mm2", "ppa_perf_per_mm2", "silicon_usd", "tok_per_s_per_kusd"))
