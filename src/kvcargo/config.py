@@ -226,8 +226,24 @@ class SimConfig(BaseModel):
         if self.compute_format not in ("bf16", self.weight_format):
             raise ValueError("--compute-format must be bf16 (weight-only) or the weight format itself "
                              f"(W8A8, W4A4); got {self.compute_format} with --weight-format {self.weight_format}")
+        if self.cost_model == "calibrated" and (layout or pool_layout or self.speculative is not None):
+            raise ValueError("parallel layouts and speculative decoding follow the companion's roofline: "
+                             "they need --cost-model roofline")
         if self.kv_format != "bf16" and self.kv_compress is not None:
             raise ValueError("KV hand-off compression assumes a BF16 KV cache: drop --kv-format or --kv-compress")
+    cost_model: Literal["roofline", "calibrated"] = "roofline"
+    """Step costs from the reference roofline, or from measured kernels plus fitted framework
+    constants (tensor parallel over each instance's devices; see docs/accuracy.md)."""
+    link_model: Literal["line-rate", "measured"] = "line-rate"
+    """Links at line rate plus a latency (reference), or the measured per-message overhead,
+    efficiency, per-channel ceiling and per-layer cost of each catalog link."""
+
+    @model_validator(mode="after")
+    def _check_calibrated(self) -> SimConfig:
+        if self.cost_model == "calibrated" and self.dvfs:
+            raise ValueError("--dvfs is a roofline clock model: it needs --cost-model roofline")
+        if self.link_model != "line-rate" and self.mode == "colocated":
+            raise ValueError("--link-model shapes the hand-off: it needs --mode disagg")
         return self
 
     @model_validator(mode="after")

@@ -11,12 +11,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvcargo.calibrated import tabulate
+from kvcargo.catalog import Link
 from kvcargo.config import Resolved
 from kvcargo.cost import model_coefficients, shape
 from kvcargo.engine import state as S
 from kvcargo.engine.loop import run_events
 from kvcargo.engine.state import Params, by_reference, grown, new_state
-from kvcargo.handoff import Transfers, endpoint_work, transfers
+from kvcargo.handoff import Transfers, endpoint_work
+from kvcargo.linkmodel import effective, link_transfers
 from kvcargo.workload.traces import BLOCK_TOKENS
 
 
@@ -79,18 +82,24 @@ def _ports(res: Resolved) -> tuple[np.ndarray, np.ndarray]:
     """Per port: bandwidth of a channel, latency, channels (port 0 is the cluster link; then a
     NIC or NVLink port per prefill instance, then per decode instance); the NVLink domain of
     every instance (its first GPU's, GPUs numbered prefill pool first)."""
-    c, link = res.config, res.link
+    c, link = res.config, engine_link(res, res.link)
     rows = [(link.bandwidth, link.latency, res.channels)]
     per = [res.prefill_pool.n] * res.n_prefill + [res.decode_pool.n] * res.n_decode
     if c.topology == "nic":
         rows += [(link.bandwidth, link.latency, c.nics_per_instance)] * len(per)
     elif c.topology == "nvlink-domain":
         for pool, count in ((res.prefill_pool, res.n_prefill), (res.decode_pool, res.n_decode)):
-            nv = res.catalog.link(pool.device.scale_up)
+            nv = engine_link(res, res.catalog.link(pool.device.scale_up))
             rows += [(nv.bandwidth, nv.latency, 1)] * count
     first_gpu = np.concatenate([[0], np.cumsum(per)[:-1]]) if per else np.zeros(0)
     pf = np.array(rows, dtype=np.float64)
     return pf, (first_gpu // c.domain_size).astype(np.int64)
+
+
+def engine_link(res: Resolved, link: Link) -> Link:
+    """A link as the engine's ports see it: under ``--link-model measured`` its sustained rate and
+    message overhead (kvcargo.linkmodel), else the catalog entry."""
+    return effective(link) if res.config.link_model == "measured" else link
 
 
 def needs_extra_columns(c) -> bool:  # type: ignore[no-untyped-def]
@@ -117,19 +126,20 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     endpoint = dec_cost = False
     kvb = res.model.kv_bytes
     if res.colocated:
-        xfer = transfers(res.link, None, np.zeros(n), kvb)
+        xfer = link_transfers(c.link_model, res.link, None, np.zeros(n), kvb)
     else:
         comp = res.compression
-        xfer = transfers(res.link, comp, kv_bytes, kvb, prompt, groups)
+        xfer = link_transfers(c.link_model, res.link, comp, kv_bytes, kvb, prompt, groups)
         rf[:, S.XFER_TIME] = xfer.duration
         rf[:, S.XFER_J] = xfer.link_j
         rf[:, S.TRANSIT_J] = xfer.transit_j
         if len(rx) == n:
             rx[:, S.SLICE_TIME] = xfer.slice_time
             rx[:, S.SLICE_EXTRA] = xfer.last_extra
-            rx[:, S.EFF_BYTES] = xfer.slice_time * groups * res.link.bandwidth
+            rx[:, S.EFF_BYTES] = xfer.slice_time * groups * engine_link(res, res.link).bandwidth
         if c.topology == "nvlink-domain":
-            nv = transfers(res.catalog.link(res.prefill_pool.device.scale_up), comp, kv_bytes, kvb, prompt, groups)
+            nv = link_transfers(c.link_model, res.catalog.link(res.prefill_pool.device.scale_up), comp, kv_bytes,
+                                kvb, prompt, groups)
             rx[:, S.XFER_TIME_NV], rx[:, S.SLICE_TIME_NV], rx[:, S.XFER_J_NV] = nv.duration, nv.slice_time, nv.link_j
         if comp is not None and comp.at == "endpoint":
             endpoint = True
@@ -161,6 +171,8 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     ints[S.P_BLOCK_TOKENS] = BLOCK_TOKENS
     mi, mf = model_coefficients(res.model, c.lm_head)
     hf = np.stack([res.prefill_pool.coefficients(), res.decode_pool.coefficients()])
+    ints[S.P_CALIBRATED] = int(c.cost_model == "calibrated")
+    ct, cs = step_tables(res)
     lev = res.levers
     lf, hs = lev.layout_arrays(res.model, res.prefill_pool, res.decode_pool)
     mid, mfd, alpha = mi, mf, 0.0
@@ -170,8 +182,17 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
         alpha = lev.draft.alpha
     return Params(rf=rf, rx=rx, ri=ri, mi=mi, mf=mf, hf=hf, ints=ints, pf=pf,
                   port_cap=pf[:, S.PF_BW] * pf[:, S.PF_CHANNELS], domain=domain, blocks=blocks,
-                  block_offsets=offsets, lf=lf, hs=hs, mid=mid, mfd=mfd,
+                  block_offsets=offsets, ct=ct, cs=cs, lf=lf, hs=hs, mid=mid, mfd=mfd,
                   hd=lev.draft_arrays(res.prefill_pool, res.decode_pool), alpha=float(alpha)), xfer
+
+
+def step_tables(res: Resolved) -> tuple[np.ndarray, np.ndarray]:
+    """The calibrated model's tables per pool row (prefill or colocated, decode); a dummy under
+    the roofline."""
+    if res.config.cost_model != "calibrated":
+        return np.zeros((2, 4, 2, 2)), np.zeros((2, 6))
+    rows = [tabulate(res.model, pool, res.config.lm_head) for pool in (res.prefill_pool, res.decode_pool)]
+    return np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
 
 
 def _dense_blocks(w) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]

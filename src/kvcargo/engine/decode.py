@@ -14,7 +14,7 @@ from kvcargo._jit import kernel
 from kvcargo.engine.events import charge_step, fifo_cut, fifo_push, finish_request, log_step, wake
 from kvcargo.engine.finheap import heap_pop, heap_push
 from kvcargo.engine.kernels import elementwise_pass
-from kvcargo.engine.pricing import decode_cost
+from kvcargo.engine.pricing import decode_step_cost
 from kvcargo.engine.speculation import spec_join, spec_step_end
 from kvcargo.engine.state import (
     BUSY,
@@ -109,7 +109,7 @@ def decode_step_begin(st, pr, d):
     now = st.f[F_NOW]
     batch = st.d[d, D_RUNNING]
     row = _stats_row(pr, d)
-    dt, flops, nbytes, e_c, e_m = decode_cost(st, pr, 1, row, batch, st.d[d, D_CONTEXT])
+    dt, flops, nbytes, e_c, e_m = decode_step_cost(st, pr, 1, row, batch, st.d[d, D_CONTEXT])
     if pr.ints[P_DECCOST] and st.stats[row, S_PEND_OPS] + st.stats[row, S_PEND_BYTES] > 0.0:
         x_t, x_c, x_m = elementwise_pass(pr.hf[1], st.stats[row, S_PEND_OPS], st.stats[row, S_PEND_BYTES])
         dt, e_c, e_m = dt + x_t, e_c + x_c, e_m + x_m

@@ -78,8 +78,9 @@ PROMPT, OUTPUT, QUAD = range(3)
 # ``Params.ints``: limits and switches.
 # P_SPEC: speculative decoding on (P_GAMMA drafted tokens per verify pass, P_SPEC_SEED).
 (P_NPREFILL, P_COLOCATED, P_BUDGET, P_MAXBATCH, P_KVCAP, P_ENDPOINT, P_GROUPS, P_TOPOLOGY, P_FAIR, P_RESERVE,
- P_EARLY, P_DECCOST, P_PREFILL_KVCAP, P_PREFIX, P_BLOCK_TOKENS, P_SPEC, P_GAMMA, P_SPEC_SEED) = range(18)
-P_INTS = 18
+ P_EARLY, P_DECCOST, P_PREFILL_KVCAP, P_PREFIX, P_BLOCK_TOKENS, P_CALIBRATED, P_SPEC, P_GAMMA,
+ P_SPEC_SEED) = range(19)
+P_INTS = 19
 # ``Params.pf``: per port, bandwidth of one channel (bytes/s), latency (s), channels.
 PF_BW, PF_LATENCY, PF_CHANNELS = range(3)
 
@@ -104,6 +105,10 @@ class Params(NamedTuple):
     blocks: np.ndarray
     block_offsets: np.ndarray
     """With a prefix cache: each request's prompt blocks (dense ids), flat, with offsets."""
+    ct: np.ndarray
+    cs: np.ndarray
+    """``--cost-model calibrated``: per pool row, the tabulated step costs and their scalars
+    (see :func:`kvcargo.calibrated.tabulate`); a small dummy under the roofline."""
     lf: np.ndarray
     """Per pool (row 0 prefill or colocated, row 1 decode): parallel layout (kvcargo.parallel)."""
     hs: np.ndarray

@@ -25,11 +25,13 @@ import numpy as np
 
 from kvcargo import parallel
 from kvcargo.config import Resolved, SimConfig, colocated_pool, resolve
-from kvcargo.cost import Pool, decode_step, elementwise_pass, kv_capacity, prefill_step, shape
+from kvcargo.cost import Pool, elementwise_pass, kv_capacity, shape
 from kvcargo.errors import KvcargoError
-from kvcargo.handoff import endpoint_work, transfers
+from kvcargo.handoff import endpoint_work
 from kvcargo.levers import PoolLevers
+from kvcargo.linkmodel import link_transfers
 from kvcargo.speculative import Draft, draft_prefill_time, speculative_step_time
+from kvcargo.steps import step_cost
 
 TARGET = 0.9
 """Default share of (steady) requests that must meet both SLOs."""
@@ -90,7 +92,7 @@ def _prefill_ceiling(config: SimConfig, model, pool: Pool, p: float, compression
     if lever is not None and lever.layout is not None:  # with its communication
         t = parallel.prefill_time(model, pool, lever.layout, lever.scale_up, [s] * n, config.lm_head)
     else:
-        t = prefill_step(model, pool, [s] * n, config.lm_head).time
+        t = step_cost(model, pool, "prefill", n, s, config.cost_model, config.lm_head)["time_s"]
     if draft is not None:  # the draft prefills the same prompts
         t += draft_prefill_time(draft.model, pool, [s] * n)
     if compression is not None and compression.at == "endpoint":
@@ -111,7 +113,7 @@ def _decode_ceiling(config: SimConfig, model, pool: Pool, kvcap: int, p: float, 
     if layout is not None:  # with its communication
         t = parallel.decode_time(model, pool, layout, lever.scale_up, b, ctx)
     else:
-        t = decode_step(model, pool, b, ctx).time
+        t = step_cost(model, pool, "decode", b, ctx, config.cost_model)["time_s"]
     return b / t / max(1, o - 1), b, ctx, t
 
 
@@ -139,7 +141,8 @@ def ceilings(config: SimConfig) -> Ceilings:
     pf, n_pf, t_pf = _prefill_ceiling(config, model, res.prefill_pool, p, res.compression, lev.prefill, lev.draft)
     dc, b, ctx, t_dc = _decode_ceiling(config, model, res.decode_pool, res.kv_capacity, p, o, lev.decode, lev.draft)
     handoff = shape(model).handoff_bytes(p) + (p * lev.draft.kv_per_token if lev.draft else 0)  # draft KV too
-    xfer = transfers(res.link, res.compression, np.array([handoff], dtype=np.float64), model.kv_bytes)
+    xfer = link_transfers(config.link_model, res.link, res.compression, np.array([handoff], dtype=np.float64),
+                          model.kv_bytes)
     t_x = float(xfer.duration[0])
     link = res.channels / t_x
     if config.topology == "nic":  # a NIC (or several) per instance: pairs of instances transfer in parallel

@@ -252,6 +252,8 @@ const SIM_FIELDS = [
   ["topology", "Topology", "choice:shared|nic|nvlink-domain", "Hand-off"],
   ["link_sharing", "Link sharing", "choice:fcfs|fair", "Hand-off"],
   ["kv_reserve", "Decode KV reserved", "choice:at-decode|at-transfer", "Hand-off"],
+  ["cost_model", "Cost model", "choice:roofline|calibrated", "Pools"],
+  ["link_model", "Link model", "choice:line-rate|measured", "Hand-off"],
   ["tp", "Tensor parallel (tp)", "int", "Parallelism and formats"],
   ["pp", "Pipeline stages (pp)", "int", "Parallelism and formats"],
   ["ep", "Expert parallel (ep)", "int", "Parallelism and formats"],
