@@ -19,9 +19,10 @@ from typing import Literal
 import numpy as np
 
 from kvcargo.catalog import Catalog, Codec, Link, Model
-from kvcargo.cost import Pool, prefill_step, require_fit, shape
+from kvcargo.cost import Pool, model_coefficients, prefill_step, require_fit, shape
 from kvcargo.errors import KvcargoError
 from kvcargo.formats import is_default, require_units, with_formats
+from kvcargo.limits import check_ranges, max_step_tokens, step_token_error
 from kvcargo.speculative import draft_prefill_time, make_draft
 
 Placement = Literal["transit", "endpoint"]
@@ -221,6 +222,9 @@ def calculate(model: Model, prompt: int, link: Link, pool: Pool, compression: Co
     With a speculative ``draft``, its prompt KV crosses too and its prefill follows the target's."""
     if not isinstance(prompt, int) or isinstance(prompt, bool) or prompt <= 0:
         raise KvcargoError(f"prompt must be a positive whole number of tokens, got {prompt!r}")
+    limit = max_step_tokens(model_coefficients(model)[0])
+    if prompt > limit:
+        raise step_token_error(model.key, "--prompt", prompt, limit)
     require_fit(model, pool, "prefill")
     s = shape(model)
     draft_kv = shape(draft).kv_per_token if draft is not None else 0
@@ -264,6 +268,10 @@ def calculate_keys(cat: Catalog, model: str, prompt: int, link: str, kv_compress
     """The calculator from catalog keys (what the CLI and the web API take): the result and the
     model (in its storage formats), link and prefill pool it was computed for. Unset formats
     are BF16."""
+    if kv_compress is None and (kv_keep is not None or kv_ratio is not None):
+        raise KvcargoError(f"--kv-{'keep' if kv_keep is not None else 'ratio'} needs a codec: add --kv-compress "
+                           f"{'freq-keep-k' if kv_keep is not None else 'ratio'}")
+    check_ranges({"kv_keep": kv_keep, "kv_ratio": kv_ratio, "devices_per_instance": devices_per_instance})
     weight_format, kv_format, compute_format = (f or "bf16" for f in (weight_format, kv_format, compute_format))
     if compute_format not in ("bf16", weight_format):
         raise KvcargoError("--compute-format must be bf16 (weight-only) or the weight format itself")

@@ -15,6 +15,7 @@ from kvcargo.calibrated import tabulate
 from kvcargo.catalog import Link
 from kvcargo.config import Resolved
 from kvcargo.cost import model_coefficients, shape
+from kvcargo.engine import aot
 from kvcargo.engine import state as S
 from kvcargo.engine.loop import run_events
 from kvcargo.engine.state import Params, by_reference, grown, new_state
@@ -183,7 +184,8 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     return Params(rf=rf, rx=rx, ri=ri, mi=mi, mf=mf, hf=hf, ints=ints, pf=pf,
                   port_cap=pf[:, S.PF_BW] * pf[:, S.PF_CHANNELS], domain=domain, blocks=blocks,
                   block_offsets=offsets, ct=ct, cs=cs, lf=lf, hs=hs, mid=mid, mfd=mfd,
-                  hd=lev.draft_arrays(res.prefill_pool, res.decode_pool), alpha=float(alpha)), xfer
+                  hd=lev.draft_arrays(res.prefill_pool, res.decode_pool),
+                  alpha=np.array([alpha], dtype=np.float64)), xfer
 
 
 def step_tables(res: Resolved) -> tuple[np.ndarray, np.ndarray]:
@@ -214,6 +216,7 @@ def run(res: Resolved) -> EngineOutput:
                    int(params.ints[S.P_GROUPS]), bool(params.ints[S.P_FAIR]), log_capacity=guess,
                    n_blocks=int(params.blocks.max()) + 1 if params.ints[S.P_PREFIX] else 0,
                    extra=len(params.rx) == n, speculative=bool(params.ints[S.P_SPEC]))
+    aot.prepare(n * int(params.ints[S.P_GROUPS]))
     pr = by_reference(params)
     while (code := run_events(by_reference(st), pr)) != S.FINISHED:
         st = grown(st, code)

@@ -48,7 +48,7 @@ def spec_step_end(st, pr, d):
     kept = 0
     for i in range(n):
         r = st.rows[d, i]
-        state, k = accepted(st.r[r, RNG], gamma, pr.alpha)
+        state, k = accepted(st.r[r, RNG], gamma, pr.alpha[0])
         st.r[r, RNG] = state
         gain = min(k + 1, pr.ri[r, OUTPUT] - st.r[r, TOKENS_OUT])
         st.r[r, TOKENS_OUT] += gain
