@@ -141,7 +141,9 @@ def test_catalog_and_defaults(client: TestClient) -> None:
     sim = SimConfig().model_dump()
     assert d["defaults"]["simulate"] == {k: v for k, v in sim.items() if k not in ("catalog", "workload_file")}
     assert d["defaults"]["handoff"] == {"model": "llama3-8b", "prompt": 2048, "link": "eth-25g", "kv_compress": None,
-                                        "kv_keep": None, "kv_ratio": None, "send": "whole", "device": "h100", "devices_per_instance": 1}
+                                        "kv_keep": None, "kv_ratio": None, "send": "whole", "device": "h100", "devices_per_instance": 1,
+                                        "weight_format": None, "kv_format": None, "compute_format": None,
+                                        "speculative": None}
     assert d["defaults"]["rate"] == 8.0
     assert d["limits"]["max_requests"] == 50_000 and d["limits"]["timeout_s"] == 120
 

@@ -8,14 +8,15 @@ from typing import Any
 
 import click
 
-from kvcargo.cli.options import sim_options
+from kvcargo.cli.options import field_options
 from kvcargo.cli.simulate import jsonable
 from kvcargo.cli.sweep import backend_options, describe_backend, open_backend, show_progress
+from kvcargo.config import SimConfig
 from kvcargo.report.text import count
 
 
 @click.command("plan")
-@sim_options
+@field_options(*(f for f in SimConfig.model_fields if f != "tp"))  # plan's own --tp lists devices per instance
 @click.option("--gpus", type=int, metavar="N", help="budget: at most N devices in all [range: ≥ 1]")
 @click.option("--usd", type=float, metavar="DOLLARS", help="budget: at most this much (catalog price_usd per device) [range: > 0]")
 @click.option("--power-w", type=float, metavar="WATTS",
@@ -26,6 +27,9 @@ from kvcargo.report.text import count
 @click.option("--tp", metavar="LIST",
               help="devices per instance to try, e.g. 1,2,4 [default: the smallest that fits and its double]")
 @click.option("--links", metavar="LIST", help="KV links to try, e.g. ib-ndr,eth-100g [default: --link]")
+@click.option("--formats", metavar="LIST", help="weight and KV storage formats to try, e.g. bf16,fp8")
+@click.option("--splits", is_flag=True,
+              help="also try every tp x pp split of each instance's devices (with its communication)")
 @click.option("--max-instances", type=int, default=32, show_default=True,
               help="most instances per pool [range: ≥ 1; at most 50,000 candidates in all]")
 @click.option("--with-colocated", is_flag=True, help="also try colocated clusters of the same devices")
@@ -40,7 +44,7 @@ from kvcargo.report.text import count
 @click.option("--all", "show_all", is_flag=True, help="list every simulated candidate, not only the front")
 @click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
 def command(gpus: int | None, usd: float | None, power_w: float | None, cost: str | None, devices: str | None,
-            tp: str | None, links: str | None, max_instances: int, with_colocated: bool, target: float, rtol: float,
+            tp: str | None, links: str | None, formats: str | None, splits: bool, max_instances: int, with_colocated: bool, target: float, rtol: float,
             steady: bool, backend: str, workers: int | None, address: str | None, progress: bool | None, plot: str | None,
             show_all: bool, as_json: bool, **params: Any) -> None:
     """Search prefill:decode splits, devices per instance, devices and links within a budget;
@@ -71,7 +75,8 @@ def command(gpus: int | None, usd: float | None, power_w: float | None, cost: st
     space = plan_mod.build_space(
         base, given, budget, devices=plan_mod.parse_list(devices, str, "--devices"),
         tp=plan_mod.parse_list(tp, int, "--tp"), links=plan_mod.parse_list(links, str, "--links"),
-        max_instances=max_instances, with_colocated=with_colocated)
+        max_instances=max_instances, with_colocated=with_colocated,
+        formats=plan_mod.parse_list(formats, str, "--formats"), splits=splits)
     bar = None
     with open_backend(backend, workers, address) as be:
         if show_progress(progress):

@@ -7,6 +7,7 @@ from typing import Any
 from kvcargo.config import DEFAULT_RATE
 from kvcargo.metrics import STAGES
 from kvcargo.report.serving import scheduler_lines
+from kvcargo.report.levers import lever_config, lever_lines
 from kvcargo.report.text import bytes_, count, ms, pct, seconds, table
 
 
@@ -25,7 +26,8 @@ def describe_config(c: dict[str, Any], with_rate: bool = True) -> str:
         (f"{DEFAULT_RATE if c['rate'] is None else c['rate']:g} req/s, " if with_rate else "")
         + f"{c['requests']} requests, prompt {c['prompt']:g}±cv{c['prompt_cv']:g}, "
         f"output {c['output']:g}±cv{c['output_cv']:g}, seed {c['seed']}")
-    return f"{c['model']}: {pools}; {load}"
+    levers = lever_config(c)
+    return f"{c['model']}: {pools}; {load}" + (f"; {levers}" if levers else "")
 
 
 def render(config: dict[str, Any], s: dict[str, Any]) -> str:
@@ -66,11 +68,13 @@ def render(config: dict[str, Any], s: dict[str, Any]) -> str:
             f"average power {s['avg_power_w']:,.0f} W"),
             f"  energy: static {pct(s['share_static'], 0)}, compute {pct(s['share_compute'], 0)}, "
             f"memory {pct(s['share_memory'], 0)}, link {pct(s['share_link'], 1)}"
-            + (f", in-transit {pct(s['share_transit'], 1)}" if s["energy_transit_j"] else "")]
+            + (f", in-transit {pct(s['share_transit'], 1)}" if s["energy_transit_j"] else "")
+            + (f", scale-up {pct(s['share_scale_up'], 2)}" if s["energy_scale_up_j"] else "")]
     if s["silicon_usd"] == s["silicon_usd"]:
         out.append(f"  silicon (illustrative) ${s['silicon_usd']:,.0f}: "
                    f"{s['tok_per_s_per_kusd']:,.0f} tok/s per $1000")
     out += scheduler_lines(s)
+    out += lever_lines(s)
     out += ["", "Where time goes (mean over steady requests)"]
     out.append("  " + ", ".join(f"{k.replace('_', ' ')} {pct(s[f'share_{k}'], 0)}" for k in STAGES))
     out.append(f"  KV wait + transfer: {pct(s['kv_share_of_e2e'])} of end-to-end")

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kvcargo import catalog as catalog_mod
 from kvcargo.cli import handoff as handoff_cli
 from kvcargo.cli.simulate import jsonable
-from kvcargo.config import SimConfig, describe
+from kvcargo.config import NumberFormat, SimConfig, describe
 from kvcargo.cost import Pool
 from kvcargo.errors import KvcargoError, clip
 from kvcargo.handoff import HandoffResult, calculate_keys
@@ -55,6 +55,10 @@ class HandoffParams(BaseModel):
     send: Literal["whole", "layerwise"] = _CLI["send"]
     device: str = _CLI["device"]
     devices_per_instance: Annotated[int, Field(ge=1, le=1024)] = _CLI["devices_per_instance"]
+    weight_format: NumberFormat | None = _CLI["weight_format"]
+    kv_format: NumberFormat | None = _CLI["kv_format"]
+    compute_format: NumberFormat | None = _CLI["compute_format"]
+    speculative: str | None = _CLI["speculative"]
 
 
 def parse_handoff(query: Sequence[tuple[str, str]]) -> HandoffParams:
@@ -64,7 +68,7 @@ def parse_handoff(query: Sequence[tuple[str, str]]) -> HandoffParams:
         if key in values:
             raise KvcargoError(f"parameter {key} given more than once")
         values[key] = value
-    for key in ("kv_compress", "kv_keep", "kv_ratio"):
+    for key in ("kv_compress", "kv_keep", "kv_ratio", "speculative", "weight_format", "kv_format", "compute_format"):
         if values.get(key) == "":
             del values[key]
     try:
@@ -77,7 +81,8 @@ def handoff(params: HandoffParams, catalog_files: Sequence[str] = ()) -> dict[st
     """The calculator: ``kvcargo handoff --json``'s numbers plus the CLI's text panel (``panel``)."""
     result, m, link, pool = calculate_keys(
         catalog_mod.load(catalog_files), params.model, params.prompt, params.link, params.kv_compress,
-        params.kv_keep, params.kv_ratio, params.send, params.device, params.devices_per_instance)
+        params.kv_keep, params.kv_ratio, params.send, params.device, params.devices_per_instance,
+        params.weight_format, params.kv_format, params.compute_format, params.speculative)
     return {**result.as_dict(), "layers": m.layers, "panel": panel(result, link.name, m.name, pool)}
 
 

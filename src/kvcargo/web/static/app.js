@@ -287,7 +287,19 @@ const SIM_FIELDS = [
   ["system_prompts", "System prompts", "int", "Workload"],
   ["system_len", "System prompt (tokens)", "int", "Workload"],
   ["prefix_share", "Sessions with one", "float", "Workload"],
+  ["tp", "Tensor parallel (tp)", "int", "Parallelism and formats"],
+  ["pp", "Pipeline stages (pp)", "int", "Parallelism and formats"],
+  ["ep", "Expert parallel (ep)", "int", "Parallelism and formats"],
+  ["microbatches", "Micro-batches", "int", "Parallelism and formats"],
+  ["scale_up_link", "Scale-up link", "select:links:the device's own", "Parallelism and formats"],
+  ["weight_format", "Weight format", "choice:bf16|fp8|int8|int4|fp4", "Parallelism and formats"],
+  ["kv_format", "KV format", "choice:bf16|fp8|int8|int4|fp4", "Parallelism and formats"],
+  ["compute_format", "Compute format", "choice:bf16|fp8|int8|int4|fp4", "Parallelism and formats"],
+  ["speculative", "Speculative draft", "select:models:off", "Parallelism and formats"],
+  ["gamma", "Drafted tokens (gamma)", "int", "Parallelism and formats"],
+  ["alpha", "Acceptance (alpha)", "float", "Parallelism and formats"],
 ];
+const DRAFTS = [["mtp", "MTP head (one extra layer)"]];
 
 function simDefault(name) {
   const d = state.catalog.defaults;
@@ -308,7 +320,8 @@ function setupSimulator(cat, presets) {
     if (kind.startsWith("select:")) {
       const [, table, blank] = kind.split(":");
       input = el("select", { id: `sim-${name}`, name });
-      fillSelect(input, named(cat[table], table === "codecs" ? ["none"] : []), { blank: blank ?? null });
+      const entries = named(cat[table], table === "codecs" ? ["none"] : []);
+      fillSelect(input, name === "speculative" ? [...DRAFTS, ...entries] : entries, { blank: blank ?? null });
     } else if (kind === "switch") {
       input = el("select", { id: `sim-${name}`, name });
       fillSelect(input, [["false", "off"], ["true", "on"]]);
