@@ -19,5 +19,6 @@ mkdir -p test-output
 KVCARGO_JIT=1 .venv/bin/python -m pytest -n auto -q "$@"
 for mode in 0 jit; do
   KVCARGO_JIT=$mode .venv/bin/python -m pytest -q -m "not browser" tests/test_engine_parity.py tests/test_oracle_reference.py \
-    tests/test_oracle_random.py tests/test_default_random.py -k "not oracle_equals_the_companions"
+    tests/test_oracle_random.py tests/test_default_random.py -k "not oracle_equals_the_companions" \
+    tests/test_levers_parallel.py
 done

@@ -50,11 +50,15 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("kvcargo: aborted", err=True)
         sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
+    except click.ClickException as exc:  # one line, as for every other bad input
+        command = exc.ctx.command_path if isinstance(exc, click.UsageError) and exc.ctx else "kvcargo"
+        click.echo(f"{command}: error: {exc.format_message()}", err=True)
         sys.exit(2 if exc.exit_code in (1, 2) else exc.exit_code)
     except KvcargoError as exc:
         click.echo(f"kvcargo: error: {exc}", err=True)
         sys.exit(2)
     except BrokenPipeError:
         sys.exit(0)
+    except OSError as exc:  # the machine, not the input: a full disk, a file removed mid-run
+        click.echo(f"kvcargo: error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""), err=True)
+        sys.exit(1)

@@ -62,14 +62,16 @@ def generate(n: int, rate: float, prompt: LengthDist, output: LengthDist, seed: 
     arrival = np.empty(n, dtype=np.float64)
     plen = np.empty(n, dtype=np.int64)
     olen = np.empty(n, dtype=np.int64)
+    clipped = np.zeros(2, dtype=np.int64)
     done, pos, t = 0, 0, 0.0
     chunk = min(7 * n + 64, CHUNK)  # ~6.5 uniforms per request, drawn a bounded batch at a time
     u = uniforms(rng, chunk)
     while True:
         done, pos, t = draw_requests(u, pos, done, t, float(rate), prompt.params(), output.params(),
-                                     arrival, plen, olen)
+                                     arrival, plen, olen, clipped)
         if done == n:
             break
         u = np.concatenate([u[pos:], uniforms(rng, min(7 * (n - done) + 64, CHUNK))])
         pos = 0
-    return Workload(arrival, plen, olen, source=f"poisson rate={rate:g} seed={seed}")
+    return Workload(arrival, plen, olen, source=f"poisson rate={rate:g} seed={seed}",
+                    clipped_prompts=int(clipped[0]), clipped_outputs=int(clipped[1]))
