@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 
 from kvcargo._jit import kernel
+from kvcargo.ced import replay_on_decode
 from kvcargo.cost import silicon_cost_usd
+from kvcargo.optical import die_areas, static_w
 from kvcargo.engine.cluster import EngineOutput
 from kvcargo.engine.state import DONE, REJECTED, S_BUSY, S_BYTES, S_EC, S_EM, S_FLOPS, S_STEPS
 from kvcargo.stats import exact_mean, exact_sum, percentiles, weighted_percentiles
@@ -63,6 +65,12 @@ def steady_requests(out: EngineOutput) -> np.ndarray:
     return by_arrival[int(len(by_arrival) * WARMUP_FRACTION):]
 
 
+def handoff_start(out: EngineOutput) -> np.ndarray:
+    """Per request, when its hand-off could start: the first token, or the end of the prefill
+    step when the first token comes from the decode side (CED replay on decode)."""
+    return out.prefill_done if replay_on_decode(out.resolved.model) else out.first_token
+
+
 def stage_times(out: EngineOutput) -> dict[str, np.ndarray]:
     """Per-request stage durations (absent stages are 0); they sum to the end-to-end latency."""
 
@@ -70,14 +78,15 @@ def stage_times(out: EngineOutput) -> dict[str, np.ndarray]:
         d = end - start
         return np.where(np.isnan(d), 0.0, d)
 
-    landed = np.where(np.isnan(out.kv_ready), out.first_token, out.kv_ready)
+    start = handoff_start(out)
+    landed = np.where(np.isnan(out.kv_ready), start, out.kv_ready)
     return {
         "prefill_queue": gap(out.prefill_start, out.arrival),
-        "prefill": gap(out.first_token, out.prefill_start),
+        "prefill": gap(start, out.prefill_start),
         # streamed layer by layer, a hand-off can start before the first token: its wait is 0
         # and only the part after the first token counts as transfer
-        "kv_wait": np.maximum(gap(out.kv_start, out.first_token), 0.0),
-        "kv_transfer": gap(out.kv_ready, np.fmax(out.kv_start, out.first_token)),
+        "kv_wait": np.maximum(gap(out.kv_start, start), 0.0),
+        "kv_transfer": gap(out.kv_ready, np.fmax(out.kv_start, start)),
         "decode_queue": gap(out.decode_start, landed),
         "decode": gap(out.finish, out.decode_start),
     }
@@ -136,7 +145,7 @@ def latency_samples(out: EngineOutput, steady: np.ndarray) -> dict[str, np.ndarr
     return {
         "ttft": (out.first_token - out.arrival)[steady],
         "tpot": (out.finish[multi] - out.first_token[multi]) / (out.output[multi] - 1),
-        "handoff": (out.kv_ready - out.first_token)[~np.isnan(out.kv_ready)],
+        "handoff": (out.kv_ready - handoff_start(out))[~np.isnan(out.kv_ready)],
     }
 
 
@@ -220,7 +229,7 @@ def _link(out: EngineOutput) -> dict[str, Any]:
         "link_busy": _network_busy(out),
         "link_bytes": wire_bytes,
         "link_gbps": wire_bytes / H / 1e9 if H > 0 else math.nan,
-        "link_mean_wait_s": float(np.sum((out.kv_start - out.first_token)[moved])) / n if n else 0.0,
+        "link_mean_wait_s": float(np.sum((out.kv_start - handoff_start(out))[moved])) / n if n else 0.0,
         "link_j": out.link_j,
         "transit_j": out.transit_j,
         "link_j_per_request": (out.link_j + out.transit_j) / max(1, n),
@@ -251,14 +260,27 @@ def _pools(out: EngineOutput) -> list[tuple[str, Any]]:
             + [(f"decode-{i}", res.decode_pool) for i in range(res.n_decode)])
 
 
+def _engine_static_j(out: EngineOutput) -> list[float]:
+    """Per instance: its optical transform engine's static energy P_opt · H (0 without one)."""
+    return [static_w(pool.device.ft_engine, pool.n) * out.horizon if pool.device.ft_engine else 0.0
+            for _, pool in _pools(out)]
+
+
 def _energy(out: EngineOutput, out_tokens: int) -> dict[str, float]:
     H = out.horizon
     stats = out.stats
     static = sum(pool.idle_w * H for _, pool in _pools(out))
     compute = float(stats[:, S_EC].sum())
     memory = float(stats[:, S_EM].sum())
-    total = static + compute + memory + out.link_j + out.transit_j
-    return {
+    optical: dict[str, float] = {}
+    if any(pool.device.ft_engine for _, pool in _pools(out)):  # levers-mixers §3.5, in that order
+        o_static, o_conv = sum(_engine_static_j(out)), sum(out.engine_stats[:, 0].tolist())
+        total = static + compute + memory + out.link_j + o_static + o_conv + out.transit_j
+        optical = {"energy_optical_static_j": o_static, "energy_conversions_j": o_conv,
+                   "share_optical_static": o_static / total, "share_optical_conversions": o_conv / total}
+    else:
+        total = static + compute + memory + out.link_j + out.transit_j
+    return optical | {
         "energy_j": total,
         "energy_static_j": static, "energy_compute_j": compute, "energy_memory_j": memory,
         "energy_link_j": out.link_j, "energy_transit_j": out.transit_j,
@@ -275,6 +297,8 @@ def _instances(out: EngineOutput) -> list[dict[str, Any]]:
     H = out.horizon
     rows = []
     n_pre = out.resolved.n_prefill
+    engine_j = _engine_static_j(out)
+    engines = any(engine_j)
     for i, (name, pool) in enumerate(_pools(out)):
         row = out.stats[i]
         steps = int(row[S_STEPS])
@@ -292,6 +316,13 @@ def _instances(out: EngineOutput) -> list[dict[str, Any]]:
             "mean_batch": mean_batch,
             "avg_power_w": pool.idle_w + (row[S_EC] + row[S_EM]) / H if H > 0 else math.nan,
         })
+        if engines:  # levers-mixers §3.5
+            conv, opt_flops, opt_busy = out.engine_stats[i].tolist()
+            rows[-1] |= {
+                "optical_bound_frac": opt_busy / row[S_BUSY] if row[S_BUSY] > 0 else 0.0,
+                "optical_flops": opt_flops, "conversion_j": conv, "optical_static_j": engine_j[i],
+                "avg_power_w": (pool.idle_w * H + row[S_EC] + row[S_EM] + engine_j[i] + conv) / H if H > 0 else math.nan,
+            }
         if i < n_pre and out.resolved.config.kv_reserve == "at-transfer":
             rows[-1]["kv_held_mean"] = float(out.kv_held[i, 0]) / H if H > 0 else math.nan
             rows[-1]["kv_held_peak"] = float(out.kv_held[i, 1])
@@ -314,9 +345,11 @@ def _hotspot(s: dict[str, Any], colocated: bool) -> dict[str, Any]:
 
 def _cost(out: EngineOutput, tok_per_s: float) -> dict[str, float]:
     dollars = 0.0
+    area = 0.0
     for _, pool in _pools(out):
         die = silicon_cost_usd(pool.device)
         if die is None:
-            return {"silicon_usd": math.nan, "tok_per_s_per_kusd": math.nan}
+            return {"silicon_usd": math.nan, "tok_per_s_per_kusd": math.nan, "silicon_mm2": math.nan}
         dollars += pool.n * die
-    return {"silicon_usd": dollars, "tok_per_s_per_kusd": 1000 * tok_per_s / dollars}
+        area += pool.n * sum(die_areas(pool.device))
+    return {"silicon_usd": dollars, "tok_per_s_per_kusd": 1000 * tok_per_s / dollars, "silicon_mm2": area}

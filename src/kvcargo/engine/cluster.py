@@ -11,11 +11,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvcargo import stepcost
+from kvcargo.ced import replay_on_decode
 from kvcargo.config import Resolved
-from kvcargo.cost import kv_capacity, model_coefficients, shape
+from kvcargo.cost import HF_OVERHEAD, kv_capacity, model_coefficients, shape
 from kvcargo.engine import state as S
 from kvcargo.engine.loop import run_events
 from kvcargo.engine.state import Params, by_reference, grown, new_state
+from kvcargo.families import prefill_resident_bytes
 from kvcargo.handoff import Transfers, endpoint_work, transfers
 from kvcargo.workload.traces import BLOCK_TOKENS
 
@@ -45,6 +48,11 @@ class EngineOutput:
     """Per request: ordinal of its first decode step on its decode instance."""
     stats: np.ndarray
     """Per instance (prefill first): busy s, FLOPs, bytes, compute J, memory J, steps."""
+    engine_stats: np.ndarray
+    """Per instance: its optical transform engine's conversion J, FLOPs and engine-bound seconds."""
+    prefill_done: np.ndarray
+    """When each prefill step ended, where the first token comes from the decode side (CED
+    replay there); NaN otherwise (the prefill ends with the first token)."""
     kv_held: np.ndarray
     """Per prefill instance with ``--kv-reserve at-transfer``: KV tokens held, time integral and
     peak."""
@@ -128,12 +136,15 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
         if comp is not None and comp.codec.decode_ops_per_value > 0:
             dec_cost = True
             rx[:, S.DEC_OPS], rx[:, S.DEC_BYTES] = comp.decode_work(kv_bytes, xfer.wire_bytes, kvb)
-    ri = np.empty((n, 3), dtype=np.int64)
+    ri = np.empty((n, 4), dtype=np.int64)
     ri[:, S.PROMPT] = prompt
     ri[:, S.OUTPUT] = w.output
     ri[:, S.QUAD] = prompt * (prompt + 1)
+    ri[:, S.UNITS] = 1 if shape(res.model).state_bytes else prompt + ri[:, S.OUTPUT]
+    mixed = stepcost.step_class(res.model) != stepcost.ATTENTION
+    rq = stepcost.request_terms(res.model, prompt) if mixed else np.zeros((1, 3), dtype=np.int64)
     pf, domain = _ports(res)
-    ints = np.zeros(15, dtype=np.int64)
+    ints = np.zeros(17, dtype=np.int64)
     ints[S.P_NPREFILL] = res.n_prefill
     ints[S.P_COLOCATED] = int(res.colocated)
     ints[S.P_BUDGET] = c.token_budget
@@ -146,15 +157,22 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     ints[S.P_RESERVE] = int(c.kv_reserve == "at-transfer")
     ints[S.P_EARLY] = int(c.topology != "shared" or c.kv_reserve == "at-transfer" or c.decode_prefix_cache)
     ints[S.P_DECCOST] = int(dec_cost)
-    ints[S.P_PREFILL_KVCAP] = kv_capacity(res.model, res.prefill_pool) if not res.colocated else res.kv_capacity
+    ints[S.P_PREFILL_KVCAP] = (kv_capacity(res.model, res.prefill_pool, prefill_resident_bytes(res.model))
+                               if not res.colocated else res.kv_capacity)
+    ints[S.P_MIXED] = int(mixed)
+    ints[S.P_REPLAY_DECODE] = int(replay_on_decode(res.model))
     blocks, offsets = _dense_blocks(w) if c.decode_prefix_cache else (np.zeros(1, np.int64), np.zeros(n + 1, np.int64))
     ints[S.P_PREFIX] = int(c.decode_prefix_cache)
     ints[S.P_BLOCK_TOKENS] = BLOCK_TOKENS
     mi, mf = model_coefficients(res.model, c.lm_head)
     hf = np.stack([res.prefill_pool.coefficients(), res.decode_pool.coefficients()])
+    ehf = hf.copy()
+    ehf[:, HF_OVERHEAD] = 0.0
+    xi, xf = stepcost.model_extension(res.model, c.lm_head, c.fft_efficiency, replay_on_decode(res.model))
+    eo = np.stack([stepcost.engine_coefficients(pool, res.model) for pool in (res.prefill_pool, res.decode_pool)])
     return Params(rf=rf, rx=rx, ri=ri, mi=mi, mf=mf, hf=hf, ints=ints, pf=pf,
                   port_cap=pf[:, S.PF_BW] * pf[:, S.PF_CHANNELS], domain=domain, blocks=blocks,
-                  block_offsets=offsets), xfer
+                  block_offsets=offsets, rq=rq, xi=xi, xf=xf, eo=eo, ehf=ehf), xfer
 
 
 def _dense_blocks(w) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
@@ -175,7 +193,7 @@ def run(res: Resolved) -> EngineOutput:
     st = new_state(n, n_slots, res.n_decode, res.n_prefill + res.n_decode, res.config.max_batch, channels,
                    int(params.ints[S.P_GROUPS]), bool(params.ints[S.P_FAIR]), log_capacity=guess,
                    n_blocks=int(params.blocks.max()) + 1 if params.ints[S.P_PREFIX] else 0,
-                   extra=len(params.rx) == n)
+                   extra=len(params.rx) == n or bool(params.ints[S.P_REPLAY_DECODE]))
     pr = by_reference(params)
     while (code := run_events(by_reference(st), pr)) != S.FINISHED:
         st = grown(st, code)
@@ -196,6 +214,7 @@ def run(res: Resolved) -> EngineOutput:
         kv_ready=col(t, S.KV_READY), decode_start=col(t, S.DECODE_START), finish=col(t, S.FINISH),
         status=col(r, S.STATUS), prefill_inst=col(r, S.PREFILL_INST), decode_inst=col(r, S.DECODE_INST),
         first_step=col(r, S.FIRST_STEP), stats=st.stats[:, : S.S_STEPS + 1].copy(),
+        engine_stats=st.stats[:, [S.S_EO, S.S_OPT_FLOPS, S.S_OPT_BUSY]], prefill_done=extra(S.PREFILL_END),
         kv_held=st.stats[: res.n_prefill, [S.S_KV_INT, S.S_KV_PEAK]], want_memory=extra(S.WANT_MEMORY),
         send_fraction=np.nan_to_num(extra(S.SEND_FRAC), nan=1.0), reserved=extra(S.RESERVED),
         steps=st.logf[:k].copy(), step_inst=st.logi[:k].copy(),

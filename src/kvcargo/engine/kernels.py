@@ -6,6 +6,7 @@ arrays it was given and gets back times and energies.
 
 from kvcargo import cost
 from kvcargo._jit import kernel
+from kvcargo.stepcost import decode_cost, prefill_cost  # noqa: F401  (compiled where defined)
 
 prefill_work = kernel(cost.prefill_work, inline=True)
 decode_work = kernel(cost.decode_work, inline=True)
