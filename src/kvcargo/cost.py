@@ -481,5 +481,5 @@ def _die_cost_usd(area: float) -> float:
     r = WAFER_DIAMETER_MM / 2
     dies = math.floor(math.pi * r * r / area - math.pi * WAFER_DIAMETER_MM / math.sqrt(2 * area))
     x = area / 100 * DEFECTS_PER_CM2
-    yield_ = ((1 - math.exp(-x)) / x) ** 2
+    yield_ = (-math.expm1(-x) / x) ** 2  # expm1, not 1 − e^−x: the reference's last bit
     return WAFER_COST_USD / (dies * yield_)

@@ -207,7 +207,8 @@ def _stages(out: EngineOutput, steady: np.ndarray, e2e: float) -> dict[str, floa
     for k in STAGES:
         s[f"stage_{k}_s"] = means[k]
         s[f"share_{k}"] = means[k] / e2e if e2e else math.nan
-    s["kv_share_of_e2e"] = s["share_kv_wait"] + s["share_kv_transfer"]
+    # (mean wait + mean transfer) / mean E2E, one division (reference-semantics §7)
+    s["kv_share_of_e2e"] = (means["kv_wait"] + means["kv_transfer"]) / e2e if e2e else math.nan
     return s
 
 
