@@ -18,9 +18,9 @@ import numpy as np
 from kvcargo._jit import kernel
 from kvcargo.ced import replay_on_decode
 from kvcargo.cost import silicon_cost_usd
-from kvcargo.optical import die_areas, static_w
 from kvcargo.engine.cluster import EngineOutput
 from kvcargo.engine.state import DONE, REJECTED, S_BUSY, S_BYTES, S_EC, S_EM, S_FLOPS, S_STEPS
+from kvcargo.optical import die_areas, static_w
 from kvcargo.stats import exact_mean, exact_sum, percentiles, weighted_percentiles
 
 WARMUP_FRACTION = 0.1
