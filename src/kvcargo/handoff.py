@@ -19,8 +19,11 @@ from typing import Literal
 import numpy as np
 
 from kvcargo.catalog import Catalog, Codec, Link, Model
+from kvcargo.ced import encoder_resident_bytes, replay_on_decode
 from kvcargo.cost import Pool, prefill_step, require_fit, shape
 from kvcargo.errors import KvcargoError
+from kvcargo.stepcost import ATTENTION, step_class
+from kvcargo.stepcost import prefill_step as mixer_prefill_step
 
 Placement = Literal["transit", "endpoint"]
 SendMode = Literal["whole", "layerwise"]
@@ -177,6 +180,11 @@ class HandoffResult:
     devices_per_instance: int
     kv_bytes_per_token: int
     kv_bytes: int
+    state_bytes: int
+    """A constant per-sequence state handed off instead of a per-token cache (0: none)."""
+    handoff_kind: str
+    """What is handed off: ``kv`` (attention K/V), ``kv+conv`` (hybrid: K/V and the Hyena
+    layers' convolution inputs), ``conv`` (Hyena's convolution inputs) or ``state``."""
     wire_bytes: float
     ratio: float
     bandwidth: float
@@ -203,12 +211,21 @@ def exposed_after_prefill(latency: float, wire_s: float, prefill_s: float, layer
     return latency + max(wire_s / layers, wire_s - (prefill_s * (layers - 1)) / layers)
 
 
+def handoff_kind(model: Model) -> str:
+    """What a model hands from prefill to decode (see :attr:`HandoffResult.handoff_kind`)."""
+    if model.mixer == "attention":
+        return "kv"
+    if shape(model).state_bytes:
+        return "state"
+    return "kv+conv" if model.mixer == "hybrid" else "conv"
+
+
 def calculate(model: Model, prompt: int, link: Link, pool: Pool, compression: Compression | None = None,
               send: SendMode = "whole") -> HandoffResult:
     """Hand-off size, wire bytes, transfer, prefill, exposed time and link saturation rate."""
     if not isinstance(prompt, int) or isinstance(prompt, bool) or prompt <= 0:
         raise KvcargoError(f"prompt must be a positive whole number of tokens, got {prompt!r}")
-    require_fit(model, pool, "prefill")
+    require_fit(model, pool, "prefill", encoder_resident_bytes(model) if replay_on_decode(model) else None)
     s = shape(model)
     kv = s.handoff_bytes(prompt)
     ratio = compression.ratio if compression else 1.0
@@ -217,7 +234,10 @@ def calculate(model: Model, prompt: int, link: Link, pool: Pool, compression: Co
         wire = float(compression.wire_bytes(np.array([kv]), np.array([prompt]), model.kv_bytes)[0])
         ratio = kv / wire
     wire_s = wire / link.bandwidth
-    prefill_s = prefill_step(model, pool, [prompt]).time
+    if step_class(model) == ATTENTION:
+        prefill_s = prefill_step(model, pool, [prompt]).time
+    else:  # an encoder-only prefill when the decode side replays the prompt's end
+        prefill_s = mixer_prefill_step(model, pool, [prompt], encoder_only=replay_on_decode(model)).time
     return HandoffResult(
         model=model.key,
         prompt_tokens=prompt,
@@ -228,6 +248,8 @@ def calculate(model: Model, prompt: int, link: Link, pool: Pool, compression: Co
         devices_per_instance=pool.n,
         kv_bytes_per_token=s.kv_per_token,
         kv_bytes=kv,
+        state_bytes=s.state_bytes,
+        handoff_kind=handoff_kind(model),
         wire_bytes=wire,
         ratio=ratio,
         bandwidth=link.bandwidth,

@@ -52,9 +52,7 @@ def panel_rows(r: HandoffResult, link_name: str, model_name: str, pool: Pool) ->
     """The chapter's result panel as a title and (label, value, note) rows."""
     codec = "uncompressed" if r.codec == "none" else f"{r.codec} (÷{r.ratio:.3g})"
     rows = [
-        ["KV to hand off", bytes_(r.kv_bytes), f"{r.prompt_tokens:,} tokens × {r.kv_bytes_per_token:,} B"
-         if r.kv_bytes == r.prompt_tokens * r.kv_bytes_per_token else
-         f"{r.prompt_tokens:,} tokens, sliding-window layers capped"],
+        [HANDOFF_LABEL[r.handoff_kind], bytes_(r.kv_bytes), handoff_note(r)],
         ["On the wire", bytes_(r.wire_bytes), codec],
         ["Transfer", seconds(r.transfer_s), f"{link_name}, {rate_bps(r.bandwidth)}"],
         ["Prefill", seconds(r.prefill_s), f"{pool.n}× {pool.device.name}"],
@@ -63,6 +61,24 @@ def panel_rows(r: HandoffResult, link_name: str, model_name: str, pool: Pool) ->
         ["Link full at", f"{r.link_full_rps:.1f} req/s", "hand-offs alone"],
     ]
     return f"{model_name}, {r.prompt_tokens:,}-token prompt over {link_name}", rows
+
+
+HANDOFF_LABEL = {"kv": "KV to hand off", "kv+conv": "KV + conv cache to hand off",
+                 "conv": "Conv cache to hand off", "state": "State to hand off"}
+
+
+def handoff_note(r: HandoffResult) -> str:
+    """How the hand-off size comes about (what a mixer model hands off instead of K/V)."""
+    if r.handoff_kind == "state":
+        return "one distilled recurrent state per sequence, whatever the prompt"
+    per = f"{r.prompt_tokens:,} tokens × {r.kv_bytes_per_token:,} B"
+    if r.handoff_kind == "conv":
+        return per + " (Hyena: its convolution inputs, 2 × d per layer)"
+    if r.handoff_kind == "kv+conv":
+        return per + " (attention K/V + Hyena convolution inputs)"
+    if r.kv_bytes == r.prompt_tokens * r.kv_bytes_per_token:
+        return per
+    return f"{r.prompt_tokens:,} tokens, sliding-window layers capped"
 
 
 def panel(r: HandoffResult, link_name: str, model_name: str, pool: Pool) -> str:

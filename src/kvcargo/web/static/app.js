@@ -252,13 +252,23 @@ const SIM_FIELDS = [
   ["topology", "Topology", "choice:shared|nic|nvlink-domain", "Hand-off"],
   ["link_sharing", "Link sharing", "choice:fcfs|fair", "Hand-off"],
   ["kv_reserve", "Decode KV reserved", "choice:at-decode|at-transfer", "Hand-off"],
+  ["ced_encoder_layers", "CED encoder layers (0: off)", "int", "Model family"],
+  ["ced_replay", "CED replay (tokens)", "int", "Model family"],
+  ["ced_replay_on", "CED replay on", "choice:|prefill|decode", "Model family"],
+  ["fft_efficiency", "FFT efficiency (digital)", "float", "Model family"],
+  ["ft_enob", "Optical engine ENOB", "int", "Model family"],
+  ["ft_static_w", "Optical engine static W", "float", "Model family"],
+  ["ft_mask_rate", "Optical mask rate (Hz)", "float", "Model family"],
+  ["ft_samples_per_s", "Optical samples/s", "float", "Model family"],
+  ["ft_detection", "Optical detection", "choice:|coherent|intensity", "Model family"],
+  ["ft_overlap", "Optical/digital overlap", "choice:false|true", "Model family"],
 ];
 
 function simDefault(name) {
   const d = state.catalog.defaults;
   if (name === "rate") return d.rate;
   const v = d.simulate[name];
-  return v === null || v === undefined ? "" : v;
+  return v === null || v === undefined ? "" : typeof v === "boolean" ? String(v) : v;
 }
 
 function setupSimulator(cat, presets) {
@@ -276,7 +286,8 @@ function setupSimulator(cat, presets) {
       fillSelect(input, named(cat[table], table === "codecs" ? ["none"] : []), { blank: blank ?? null });
     } else if (kind.startsWith("choice:")) {
       input = el("select", { id: `sim-${name}`, name });
-      fillSelect(input, kind.slice(7).split("|").map((c) => [c, c]));
+      // a leading empty choice: unset (the model's or device's own value)
+      fillSelect(input, kind.slice(7).split("|").map((c) => [c, c || "model's / device's"]));
     } else {
       input = el("input", { id: `sim-${name}`, name, type: "number", step: kind === "int" ? "1" : "any" });
       if (name === "requests") input.max = cat.limits.max_requests;
@@ -327,15 +338,15 @@ function simBody() {
     if (input.validity && input.validity.badInput) throw new Error(`invalid ${name}: not a number`);
     const raw = input.value;
     if (raw === "") continue;
-    const value = kind === "int" || kind === "float" ? Number(raw) : raw;
-    if (value === simDefault(name)) continue;
+    const value = kind === "int" || kind === "float" ? Number(raw) : kind === "choice:false|true" ? raw === "true" : raw;
+    if (value === simDefault(name) || raw === String(simDefault(name))) continue;
     body[name] = value;
   }
   return body;
 }
 
 function cliCommand(body) {
-  const args = Object.entries(body).map(([k, v]) => `--${k.replaceAll("_", "-")} ${v}`);
+  const args = Object.entries(body).map(([k, v]) => (v === true ? `--${k.replaceAll("_", "-")}` : `--${k.replaceAll("_", "-")} ${v}`));
   return ["kvcargo simulate", ...args].join(" ");
 }
 
