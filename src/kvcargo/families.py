@@ -66,6 +66,13 @@ def prefill_resident_bytes(model: Model) -> float | None:
     return ced.encoder_resident_bytes(model) if ced.replay_on_decode(model) else None
 
 
+def family_levers(res: Resolved) -> bool:
+    """Whether the run uses a model family or device of this module (a step class beyond the
+    transformer, or a transform engine in a pool)."""
+    return (mixers.is_fft_mixing(res.model) or ced.is_ced(res.model)
+            or any(p.device.ft_engine for p in (res.prefill_pool, res.decode_pool)))
+
+
 def check_levers(res: Resolved) -> None:
     """Refuse lever combinations that are not modelled or that the run would ignore."""
     c, m = res.config, res.model

@@ -20,6 +20,7 @@ from kvcargo.ced import replay_on_decode
 from kvcargo.cost import silicon_cost_usd
 from kvcargo.engine.cluster import EngineOutput
 from kvcargo.engine.state import DONE, REJECTED, S_BUSY, S_BYTES, S_EC, S_EM, S_FLOPS, S_STEPS
+from kvcargo.families import family_levers
 from kvcargo.optical import die_areas, static_w
 from kvcargo.stats import exact_mean, exact_sum, percentiles, weighted_percentiles
 
@@ -207,8 +208,10 @@ def _stages(out: EngineOutput, steady: np.ndarray, e2e: float) -> dict[str, floa
     for k in STAGES:
         s[f"stage_{k}_s"] = means[k]
         s[f"share_{k}"] = means[k] / e2e if e2e else math.nan
-    # (mean wait + mean transfer) / mean E2E, one division (reference-semantics §7)
-    s["kv_share_of_e2e"] = (means["kv_wait"] + means["kv_transfer"]) / e2e if e2e else math.nan
+    if family_levers(out.resolved):  # the companion's levers: one division (reference §7's wording)
+        s["kv_share_of_e2e"] = (means["kv_wait"] + means["kv_transfer"]) / e2e if e2e else math.nan
+    else:  # the reference's published figures: the two shares added
+        s["kv_share_of_e2e"] = s["share_kv_wait"] + s["share_kv_transfer"]
     return s
 
 
