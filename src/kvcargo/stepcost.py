@@ -180,7 +180,7 @@ def _ced_prefill(xi, xf, hf, tokens, quad, n, xflops, xtok):
     return dt, float(flops), nbytes, e_c, e_m, 0.0, 0.0, False
 
 
-@kernel
+@kernel(inline=True)
 def prefill_cost(mi, mf, xi, xf, hf, ehf, eo, tokens, quad, n, xflops, xtok, xmask):
     """One prefill step over ``n`` prompts: ``tokens`` = Σ s, ``quad`` = Σ s(s+1), and the
     batch's sums of the per-request terms (``xmask``: their OR). Returns (time, FLOPs, bytes,
@@ -195,7 +195,7 @@ def prefill_cost(mi, mf, xi, xf, hf, ehf, eo, tokens, quad, n, xflops, xtok, xma
     return dt, float(flops), nbytes, e_c, e_m, 0.0, 0.0, False
 
 
-@kernel
+@kernel(inline=True)
 def decode_cost(mi, mf, xi, xf, hf, batch, context, rn, rt, ra, rs):
     """One decode step: ``batch`` decode rows whose contexts sum to ``context``, plus ``rn`` CED
     replay rows (replay tokens ``rt``, their attention FLOPs ``ra``, prompt tokens ``rs``).

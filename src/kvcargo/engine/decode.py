@@ -13,7 +13,7 @@ from __future__ import annotations
 from kvcargo._jit import kernel
 from kvcargo.engine.events import charge_step, fifo_cut, fifo_push, finish_request, log_step, wake
 from kvcargo.engine.finheap import heap_pop, heap_push
-from kvcargo.engine.kernels import decode_cost, elementwise_pass
+from kvcargo.engine.kernels import decode_cost, decode_work, elementwise_pass, roofline
 from kvcargo.engine.state import (
     BNEXT,
     BUSY,
@@ -44,6 +44,7 @@ from kvcargo.engine.state import (
     P_DECCOST,
     P_KVCAP,
     P_MAXBATCH,
+    P_MIXED,
     P_NPREFILL,
     P_REPLAY_DECODE,
     P_RESERVE,
@@ -125,10 +126,14 @@ def decode_admit(st, pr, d):
 def decode_step_begin(st, pr, d):
     """Start one decode step over the running batch; returns its end time."""
     now = st.f[F_NOW]
-    rn = st.d[d, D_REPLAY_N]
-    dt, flops, nbytes, e_c, e_m = decode_cost(pr.mi, pr.mf, pr.xi, pr.xf, pr.hf[1], st.d[d, D_RUNNING] - rn,
-                                              st.d[d, D_CONTEXT], rn, st.d[d, D_REPLAY_T], st.d[d, D_REPLAY_A],
-                                              st.d[d, D_REPLAY_S])
+    if pr.ints[P_MIXED]:
+        rn = st.d[d, D_REPLAY_N]
+        dt, flops, nbytes, e_c, e_m = decode_cost(pr.mi, pr.mf, pr.xi, pr.xf, pr.hf[1], st.d[d, D_RUNNING] - rn,
+                                                  st.d[d, D_CONTEXT], rn, st.d[d, D_REPLAY_T], st.d[d, D_REPLAY_A],
+                                                  st.d[d, D_REPLAY_S])
+    else:
+        flops, nbytes = decode_work(pr.mi, pr.mf, st.d[d, D_RUNNING], st.d[d, D_CONTEXT])
+        dt, e_c, e_m = roofline(pr.hf[1], flops, nbytes)
     row = _stats_row(pr, d)
     if pr.ints[P_DECCOST] and st.stats[row, S_PEND_OPS] + st.stats[row, S_PEND_BYTES] > 0.0:
         x_t, x_c, x_m = elementwise_pass(pr.hf[1], st.stats[row, S_PEND_OPS], st.stats[row, S_PEND_BYTES])
@@ -150,7 +155,7 @@ def decode_step_end(st, pr, d):
     batch = st.d[d, D_RUNNING]
     log_step(st, d, st.stats[_stats_row(pr, d), S_STEP_START], st.f[F_NOW], batch)
     st.d[d, D_STEPS] = k + 1
-    if st.d[d, D_REPLAY_N]:
+    if pr.ints[P_REPLAY_DECODE] and st.d[d, D_REPLAY_N]:
         _replayed(st, d, batch)
     else:
         st.d[d, D_CONTEXT] += batch
