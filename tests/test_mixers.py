@@ -109,6 +109,11 @@ def test_engine_prefill_check_values() -> None:
                                                                 0.35835624250293413, "optical")
     assert (step.compute_j, step.memory_j, step.conversion_j) == (34.04298452992, 1.0626269184, 0.26388279066624)
     assert step.optical_flops == 67_647_307_776
+    # [2048, 1000, 300]: conv = 56,170,119,168 pairs, 471 rewrites, t_opt = 0.5130081405065063 s
+    # (overlapped, the optical time is the step's)
+    batch = prefill_step(model(HYENA), Pool(with_overrides(dev, overlap=True)), [2048, 1000, 300])
+    assert batch.time == 0.5130081405065063 + 0.5e-3
+    assert batch.conversion_j == (56_170_119_168 * 7.68) * 1e-12
     fast = Pool(with_overrides(dev, enob=11, mask_rate=20000.0, overlap=True))
     step = prefill_step(model(HYENA), fast, [2048])
     assert (step.time, step.bound) == (0.06308476795646659, "compute")
@@ -210,6 +215,32 @@ def test_prefill_agrees_with_a_restatement_of_the_spec(key: str, prompts: list[i
     assert (step.flops, step.bytes) == (flops, nbytes)
     t, _, _ = roofline(H100.coefficients(), flops, nbytes)
     assert step.time == t
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(FFT_MODELS), st.integers(1, 256), st.integers(0, 2_000_000))
+def test_decode_agrees_with_a_restatement_of_the_spec(key: str, batch: int, extra_context: int) -> None:
+    """§1.6, layer by layer: B sequences, C = Σ context (at least one cached token each)."""
+    m = model(key)
+    d, ff, kv, N = m.d_model, m.d_ff, m.kv_heads * m.head_dim, 2
+    C = batch + extra_context
+    distilled = m.hyena_decode == "distilled"
+    total = 0.0
+    for i in range(m.layers):
+        for mc in ((ff, d), (ff, d), (d, ff)):
+            total += sum(_oracle_matrix(m.circulant_block, *mc, batch).values())
+        if m.mixer == "hybrid" and i % 4 == 0:
+            total += 2 * batch * (2 * d * d + 2 * d * kv) + 4 * d * (C + batch)
+            continue
+        total += sum(_oracle_matrix(m.circulant_block, (N + 1) * d, d, batch).values())
+        total += sum(_oracle_matrix(m.circulant_block, d, d, batch).values())
+        total += N * d * 8 * 16 * batch if distilled else N * d * 2 * (C + batch)
+    total += 2 * m.vocab * d * batch
+    s = shape(m)
+    nbytes = s.w_str + batch * d * 2 + (C + batch) * s.kv_per_token + batch * s.state_bytes
+    step = decode_step(m, H100, batch, C)
+    assert (step.flops, step.bytes) == (total, nbytes)
+    assert step.time == roofline(H100.coefficients(), total, nbytes)[0]
 
 
 @settings(max_examples=40, deadline=None)

@@ -23,10 +23,14 @@ from typing import Any
 
 import numpy as np
 
+from kvcargo.ced import replay_on_decode
 from kvcargo.config import Resolved, SimConfig, colocated_pool, resolve
 from kvcargo.cost import Pool, decode_step, elementwise_pass, kv_capacity, prefill_step, shape
 from kvcargo.errors import KvcargoError
 from kvcargo.handoff import endpoint_work, transfers
+from kvcargo.stepcost import ATTENTION, step_class
+from kvcargo.stepcost import decode_step as class_decode_step
+from kvcargo.stepcost import prefill_step as class_prefill_step
 
 TARGET = 0.9
 """Default share of (steady) requests that must meet both SLOs."""
@@ -83,7 +87,11 @@ def mean_lengths(res: Resolved) -> tuple[float, float]:
 def _prefill_ceiling(config: SimConfig, model, pool: Pool, p: float, compression) -> tuple[float, int, float]:
     n = max(1, math.floor(config.token_budget / p))
     s = max(1, round(p))
-    t = prefill_step(model, pool, [s] * n, config.lm_head).time
+    if step_class(model) == ATTENTION:
+        t = prefill_step(model, pool, [s] * n, config.lm_head).time
+    else:  # FFT-mixing or CED (an encoder-only prefill pool when the decode side replays)
+        t = class_prefill_step(model, pool, [s] * n, config.lm_head, config.fft_efficiency,
+                               replay_on_decode(model) and config.mode != "colocated").time
     if compression is not None and compression.at == "endpoint":
         nbytes = np.full(n, float(shape(model).handoff_bytes(s)))
         ops, moved = endpoint_work(compression, nbytes, np.full(n, s), model.kv_bytes)
@@ -92,9 +100,13 @@ def _prefill_ceiling(config: SimConfig, model, pool: Pool, p: float, compression
 
 
 def _decode_ceiling(config: SimConfig, model, pool: Pool, kvcap: int, p: float, o: float) -> tuple[float, int, int, float]:
-    b = max(1, min(config.max_batch, math.floor(kvcap / (p + o))))
+    units = 1 if shape(model).state_bytes else p + o  # a distilled state is one unit
+    b = max(1, min(config.max_batch, math.floor(kvcap / units)))
     ctx = math.floor(p + o / 2)
-    t = decode_step(model, pool, b, ctx).time
+    if step_class(model) == ATTENTION:
+        t = decode_step(model, pool, b, ctx).time
+    else:
+        t = class_decode_step(model, pool, b, b * ctx, fft_efficiency=config.fft_efficiency).time
     return b / t / max(1, o - 1), b, ctx, t
 
 
