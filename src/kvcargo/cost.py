@@ -422,15 +422,17 @@ class StepCost:
         return self.compute_j + self.memory_j
 
 
-def _step(pool: Pool, flops: int, nbytes: float) -> StepCost:
-    hf = pool.coefficients()
-    t, e_c, e_m = roofline(hf, flops, nbytes)
+def step_bound(pool: Pool, flops: float, nbytes: float, t: float) -> str:
+    """What bound a step of time ``t`` (overhead included): power, compute or memory."""
     t_c, t_m = flops / pool.flop_rate, nbytes / pool.byte_rate
-    if t - hf[HF_OVERHEAD] > max(t_c, t_m) * (1 + 1e-9):
-        bound = "power"
-    else:
-        bound = "compute" if t_c >= t_m else "memory"
-    return StepCost(int(flops), float(nbytes), float(t), float(e_c), float(e_m), bound)
+    if t - STEP_OVERHEAD_S > max(t_c, t_m) * (1 + 1e-9):
+        return "power"
+    return "compute" if t_c >= t_m else "memory"
+
+
+def _step(pool: Pool, flops: int, nbytes: float) -> StepCost:
+    t, e_c, e_m = roofline(pool.coefficients(), flops, nbytes)
+    return StepCost(int(flops), float(nbytes), float(t), float(e_c), float(e_m), step_bound(pool, flops, nbytes, t))
 
 
 def prefill_step(model: Model, pool: Pool, prompts: list[int], lm_head: LmHead = "all") -> StepCost:

@@ -233,12 +233,7 @@ class MixerStep(StepCost):
 
 
 def _bound(pool: Pool, flops: float, nbytes: float, t: float, engine_bound: bool) -> str:
-    if engine_bound:
-        return "optical"
-    t_c, t_m = flops / pool.flop_rate, nbytes / pool.byte_rate
-    if t - pool.coefficients()[HF_OVERHEAD] > max(t_c, t_m) * (1 + 1e-9):
-        return "power"
-    return "compute" if t_c >= t_m else "memory"
+    return "optical" if engine_bound else cost.step_bound(pool, flops, nbytes, t)
 
 
 def _no_overhead(pool: Pool) -> np.ndarray:
@@ -263,7 +258,7 @@ def prefill_step(model: Model, pool: Pool, prompts: list[int], lm_head: LmHead =
     dt, flops, nbytes, e_c, e_m, e_o, opt, engine_bound = out
     t_digital = dt  # an engine step's digital part is judged on its own time
     if engine_coefficients(pool, model)[EO_ON]:
-        t_digital = _roofline(_no_overhead(pool), flops, nbytes)[0] + pool.coefficients()[HF_OVERHEAD]
+        t_digital = _roofline(_no_overhead(pool), flops, nbytes)[0] + cost.STEP_OVERHEAD_S
     return MixerStep(flops, float(nbytes), float(dt), float(e_c), float(e_m),
                      _bound(pool, flops, nbytes, t_digital, bool(engine_bound)), float(e_o), float(opt))
 
