@@ -390,3 +390,31 @@ def test_bad_combinations_are_one_line_errors(capsys: pytest.CaptureFixture[str]
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and words in lines[0], err
+
+
+@pytest.mark.parametrize("body, words", [
+    ("mixer = 'hyena'\ncirculant_block = 100", "circulant_block must be a power of two"),
+    ("mixer = 'hybrid'\nhyena_decode = 'distilled'", "apply only to mixer 'hyena'"),
+    ("mixer = 'hyena'\nexperts = 8\ntop_k = 2", "dense full-attention shape"),
+    ("ced_encoder_layers = 2", "at least one decoder layer"),
+    ("mixer = 'hyena'\nced_encoder_layers = 1", "dense attention model"),
+    ("mixer = 'mamba'", "mixer"),
+])
+def test_catalog_validates_the_family_fields(tmp_path: Path, body: str, words: str) -> None:
+    from kvcargo.errors import KvcargoError
+
+    path = tmp_path / "m.toml"
+    path.write_text("[models.x]\nlayers = 2\nd_model = 512\nheads = 8\nkv_heads = 8\nd_ff = 1024\nvocab = 1000\n" + body)
+    with pytest.raises(KvcargoError, match="entry models.x") as err:
+        CAT.extended(path)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_catalog_validates_the_engine_table(tmp_path: Path) -> None:
+    from kvcargo.errors import KvcargoError
+
+    path = tmp_path / "d.toml"
+    path.write_text("[devices.y]\npeak_flops = 1e15\nhbm_bw = 3e12\ncapacity = 80e9\n"
+                    "ft_engine = { mask_rate_hz = 0 }\n")
+    with pytest.raises(KvcargoError, match="ft_engine.mask_rate_hz"):
+        CAT.extended(path)
