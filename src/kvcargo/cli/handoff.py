@@ -81,10 +81,24 @@ def handoff_note(r: HandoffResult) -> str:
     return f"{r.prompt_tokens:,} tokens, sliding-window layers capped"
 
 
+EXPLANATION = {
+    "conv": "A Hyena layer hands decode the inputs of its two long convolutions for every prompt token "
+            "(2 × d values per layer) instead of attention K/V: four times a GQA cache, so decode memory "
+            "fills sooner.",
+    "kv+conv": "The hybrid's attention layers (every fourth) hand off K/V; its Hyena layers hand off the "
+               "inputs of their long convolutions (2 × d values per layer and token).",
+    "state": "Distilled decode replaces the per-token cache with a constant recurrent state per sequence "
+             "(16 complex values per channel and convolution): the hand-off and the decode memory of a "
+             "request do not grow with the prompt.",
+}
+"""What the panel adds when a model hands off something other than attention K/V."""
+
+
 def panel(r: HandoffResult, link_name: str, model_name: str, pool: Pool) -> str:
     """The chapter's result panel."""
     head, rows = panel_rows(r, link_name, model_name, pool)
-    return head + "\n" + table(["", "", ""], rows, "lrl").split("\n", 2)[2]
+    text = head + "\n" + table(["", "", ""], rows, "lrl").split("\n", 2)[2]
+    return text + ("\n\n" + EXPLANATION[r.handoff_kind] if r.handoff_kind in EXPLANATION else "")
 
 
 def link_table(runs: list[tuple[HandoffResult, Model, Link, Pool]]) -> str:

@@ -99,6 +99,8 @@ async function updateCalculator() {
 
 function renderPanel(r) {
   $("#calc-title").textContent = r.panel.title;
+  $("#calc-explain").textContent = r.panel.explain;
+  $("#calc-explain").hidden = !r.panel.explain;
   const body = $("#calc-table tbody");
   body.replaceChildren();
   r.panel.rows.forEach(([label, value, note], i) => {
