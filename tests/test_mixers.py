@@ -382,6 +382,7 @@ def test_distilled_requests_reserve_one_unit() -> None:
     (["--model", HYENA, "--send", "layerwise"], "attention models without CED"),
     (["--model", "llama3-8b-ced", "--kv-reserve", "at-transfer"], "attention models without CED"),
     (["--model", "llama3-70b-ced", "--devices-per-instance", "1"], "does not fit"),
+    (["--model", HYENA, "--cost-model", "calibrated"], "measured for attention models without CED only"),
 ])
 def test_bad_combinations_are_one_line_errors(capsys: pytest.CaptureFixture[str], args: list[str], words: str) -> None:
     with pytest.raises(SystemExit) as exit_:

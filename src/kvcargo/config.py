@@ -154,6 +154,21 @@ class SimConfig(BaseModel):
     (needs a trace with block ids, e.g. Mooncake's ``hash_ids``)."""
     catalog: tuple[str, ...] = ()
     """Extra catalog TOML files, in order."""
+    cost_model: Literal["roofline", "calibrated"] = "roofline"
+    """Step costs from the reference roofline, or from measured kernels plus fitted framework
+    constants (tensor parallel over each instance's devices; see docs/accuracy.md)."""
+    link_model: Literal["line-rate", "measured"] = "line-rate"
+    """Links at line rate plus a latency (reference), or the measured per-message overhead,
+    efficiency, per-channel ceiling and per-layer cost of each catalog link."""
+
+    @model_validator(mode="after")
+    def _check_calibrated(self) -> SimConfig:
+        if self.cost_model == "calibrated" and self.dvfs:
+            raise ValueError("--dvfs is a roofline clock model: it needs --cost-model roofline")
+        if self.link_model != "line-rate" and self.mode == "colocated":
+            raise ValueError("--link-model shapes the hand-off: it needs --mode disagg")
+        return self
+
     # Model families beyond attention (levers-mixers; see kvcargo.mixers, kvcargo.ced, kvcargo.optical).
     ced_encoder_layers: Annotated[int, Field(ge=0)] | None = None
     """Causal encoder-decoder: the bottom E layers run only at prefill (default: the model's; 0: off)."""

@@ -190,10 +190,10 @@ MI_TWO_PMM, MI_TWO_PLAYERS, MI_TWO_VD, MI_TWO_LD, MI_FOUR_LD, MI_LM_LAST, MI_EXP
 # touch, E·(1 − (1 − k/E)^T) per layer under uniform top-k routing (an extension: the reference
 # does not simulate MoE models). Kernels stay leaf functions so numba can compile them.
 MF_W_STR, MF_ROW, MF_KV_TOK, MF_W_DENSE, MF_W_EXPERT, MF_TOPK_FRAC, MF_EXPERT_SLOTS = range(7)
-# Float pool (instance) coefficients.
-# HF_RB is the byte rate in units of HF_BW_UNIT bytes (see Device.bw_unit).
-(HF_RF, HF_RB, HF_PJ_FLOP, HF_PJ_BYTE, HF_SPEEDUP, HF_PDYN, HF_DVFS, HF_SMIN, HF_OVERHEAD,
- HF_IDLE, HF_PEAK_FLOPS, HF_PEAK_BW, HF_BW_UNIT) = range(13)
+# Float pool (instance) coefficients. HF_J_FLOP and HF_J_BYTE are the joules per FLOP and per
+# byte, formed once per instance (§2.3: the order decides the last bit of every step energy).
+(HF_RF, HF_RB, HF_J_FLOP, HF_J_BYTE, HF_PDYN, HF_DVFS, HF_SMIN, HF_OVERHEAD,
+ HF_IDLE, HF_PEAK_FLOPS, HF_PEAK_BW) = range(11)
 
 
 @cache
@@ -260,9 +260,9 @@ def roofline(hf: np.ndarray, flops: float, nbytes: float) -> tuple[float, float,
     s³ + p·s + q = 0 (Cardano, sign-preserving cube roots).
     """
     t_c = flops / hf[HF_RF]
-    t_m = nbytes / hf[HF_BW_UNIT] / hf[HF_RB]
-    e_c = flops * hf[HF_PJ_FLOP] * 1e-12 / hf[HF_SPEEDUP]
-    e_m = nbytes * hf[HF_PJ_BYTE] * 1e-12
+    t_m = nbytes / hf[HF_RB]
+    e_c = flops * hf[HF_J_FLOP]
+    e_m = nbytes * hf[HF_J_BYTE]
     s = 1.0
     if hf[HF_DVFS] != 0.0 and t_c < t_m:
         s = max(hf[HF_SMIN], t_c / t_m)
@@ -286,9 +286,10 @@ def roofline(hf: np.ndarray, flops: float, nbytes: float) -> tuple[float, float,
 
 def elementwise_pass(hf: np.ndarray, ops: float, nbytes: float) -> tuple[float, float, float]:
     """Time, compute energy and memory energy of an extra elementwise pass (compressing KV on
-    the GPU, §5): ``max(ops/R_F, bytes/R_B)``, no overhead, no cap, no DVFS."""
-    t = max(ops / hf[HF_RF], nbytes / hf[HF_BW_UNIT] / hf[HF_RB])
-    return t, ops * hf[HF_PJ_FLOP] * 1e-12, nbytes * hf[HF_PJ_BYTE] * 1e-12
+    the GPU, §5): ``max(ops/R_F, bytes/R_B)``, no overhead, no cap, no DVFS; energies
+    ``ops·j_F`` and ``bytes·j_B``."""
+    t = max(ops / hf[HF_RF], nbytes / hf[HF_RB])
+    return t, ops * hf[HF_J_FLOP], nbytes * hf[HF_J_BYTE]
 
 
 # ------------------------------------------------------------------------ pools (§2.1, §2.2)
@@ -325,14 +326,24 @@ class Pool:
 
     @property
     def flop_rate(self) -> float:
-        """Achievable FLOP/s: peak · efficiency · n · speed-up."""
+        """Achievable FLOP/s: ``((peak · efficiency) · n) · speed-up``, left to right (§2.1)."""
         d = self.device
         return d.peak_flops * d.flop_eff * self.n * self.speedup
 
     @property
     def byte_rate(self) -> float:
-        """Achievable HBM bytes/s: bandwidth · efficiency · n."""
+        """Achievable HBM bytes/s: ``(bandwidth · efficiency) · n``, left to right (§2.1)."""
         return self.device.hbm_bw * self.device.bw_eff * self.n
+
+    @property
+    def joules_per_flop(self) -> float:
+        """``(pJ/FLOP · 1e−12) / speed-up``, formed before any step multiplies it (§2.3)."""
+        return self.device.pj_per_flop * 1e-12 / self.speedup
+
+    @property
+    def joules_per_byte(self) -> float:
+        """``pJ/byte · 1e−12`` (§2.3)."""
+        return self.device.pj_per_byte * 1e-12
 
     @property
     def memory(self) -> float:
@@ -355,14 +366,11 @@ class Pool:
 
     def coefficients(self) -> np.ndarray:
         """Pack into the float64 array :func:`roofline` reads."""
-        d = self.device
-        hf = np.zeros(13, dtype=np.float64)
+        hf = np.zeros(11, dtype=np.float64)
         hf[HF_RF] = self.flop_rate
-        hf[HF_RB] = d.hbm_bw / d.bw_unit * d.bw_eff * self.n
-        hf[HF_BW_UNIT] = d.bw_unit
-        hf[HF_PJ_FLOP] = self.device.pj_per_flop
-        hf[HF_PJ_BYTE] = self.device.pj_per_byte
-        hf[HF_SPEEDUP] = self.speedup
+        hf[HF_RB] = self.byte_rate
+        hf[HF_J_FLOP] = self.joules_per_flop
+        hf[HF_J_BYTE] = self.joules_per_byte
         hf[HF_PDYN] = self.dynamic_budget_w
         hf[HF_DVFS] = 1.0 if self.dvfs else 0.0
         hf[HF_SMIN] = DVFS_MIN_CLOCK
@@ -483,5 +491,5 @@ def _die_cost_usd(area: float) -> float:
     r = WAFER_DIAMETER_MM / 2
     dies = math.floor(math.pi * r * r / area - math.pi * WAFER_DIAMETER_MM / math.sqrt(2 * area))
     x = area / 100 * DEFECTS_PER_CM2
-    yield_ = (-math.expm1(-x) / x) ** 2  # expm1, not 1 − e^−x: the reference's last bit
-    return WAFER_COST_USD / (dies * yield_)
+    t = -math.expm1(-x) / x  # not (1 − e^−x)/x, which differs in the last bit (§7)
+    return WAFER_COST_USD / (dies * (t * t))

@@ -87,6 +87,9 @@ def check_levers(res: Resolved) -> None:
     given = _given(c, ENGINE_STEP_FLAGS)
     if given and not fft:
         raise KvcargoError(f"{_flag(given[0])} changes only FFT-mixing steps (hyena, hybrid models), not {m.key!r}")
+    if (fft or is_ced) and c.cost_model != "roofline":
+        raise KvcargoError(f"--cost-model {c.cost_model} is measured for attention models without CED only, "
+                           f"not {m.key!r}")
     if ced.replay_on_decode(m) and res.colocated:
         raise KvcargoError("--ced-replay-on decode splits prefill across the two pools: it needs --mode disagg")
     if fft or is_ced:

@@ -2,7 +2,7 @@
 
 Statistics follow the reference exactly: warm-up (the first 10% of completed requests by
 arrival) is excluded from latency and SLO figures; percentiles interpolate linearly between
-order statistics (numpy's default); means are exact (``fsum``). Inter-token latencies are never
+order statistics by the reference's formula (not numpy's); means are exact (``fsum``). Inter-token latencies are never
 stored per token: every gap after a request's first is the difference of two consecutive step
 ends of its decode instance, so the pooled sample is the step gaps weighted by how many steady
 requests were in each step, plus each request's first gap.
@@ -22,7 +22,7 @@ from kvcargo.engine.cluster import EngineOutput
 from kvcargo.engine.state import DONE, REJECTED, S_BUSY, S_BYTES, S_EC, S_EM, S_FLOPS, S_STEPS
 from kvcargo.families import family_levers
 from kvcargo.optical import die_areas, static_w
-from kvcargo.stats import exact_mean, exact_sum, percentiles, weighted_percentiles
+from kvcargo.stats import exact_mean, exact_sum, exact_weighted_mean, percentiles, weighted_percentiles
 
 WARMUP_FRACTION = 0.1
 PERCENTILES = (50, 90, 99)
@@ -45,11 +45,10 @@ def describe(values: np.ndarray, prefix: str) -> dict[str, float]:
 
 
 def describe_weighted(values: np.ndarray, weights: np.ndarray, prefix: str) -> dict[str, float]:
-    """As :func:`describe` for a sample where ``values[i]`` occurs ``weights[i]`` times (the mean
-    is the exact sum of the rounded products ``value·weight``: deterministic, within an ulp or two
-    of the mean of the expanded sample)."""
+    """As :func:`describe` for a sample where ``values[i]`` occurs ``weights[i]`` times (the same
+    figures as the expanded sample's, bit for bit)."""
     n = int(weights.sum())
-    out = {f"{prefix}_mean": exact_sum(values * weights) / n if n else math.nan}
+    out = {f"{prefix}_mean": exact_weighted_mean(values, weights)}
     for p, v in zip(PERCENTILES, weighted_percentiles(values, weights, PERCENTILES)):
         out[f"{prefix}_p{p}"] = v
     out[f"{prefix}_max"] = float(values[weights > 0].max()) if n else math.nan
@@ -196,7 +195,7 @@ def summarize(out: EngineOutput) -> dict[str, Any]:
     s |= _hotspot(s, res.colocated)
     s |= _cost(out, s["output_tok_per_s"])
     latency = out.finish[done] - out.arrival[done]
-    s["littles_population"] = float(np.sum(latency)) / H if H > 0 else math.nan
+    s["littles_population"] = exact_sum(latency) / H if H > 0 else math.nan
     s["littles_expected"] = s["req_per_s"] * exact_mean(latency)
     return s
 
@@ -225,15 +224,15 @@ def _link(out: EngineOutput) -> dict[str, Any]:
     moved = ~np.isnan(out.kv_start)
     full = out.wire_bytes[moved]
     wire = full * out.send_fraction[moved]
-    wire_bytes = float(wire.sum())
-    full_bytes = float(full.sum())
+    wire_bytes = exact_sum(wire)
+    full_bytes = exact_sum(full)
     n = out.transfers
     return {
         "transfers": n,
         "link_busy": _network_busy(out),
         "link_bytes": wire_bytes,
         "link_gbps": wire_bytes / H / 1e9 if H > 0 else math.nan,
-        "link_mean_wait_s": float(np.sum((out.kv_start - handoff_start(out))[moved])) / n if n else 0.0,
+        "link_mean_wait_s": exact_sum((out.kv_start - handoff_start(out))[moved]) / n if n else 0.0,
         "link_j": out.link_j,
         "transit_j": out.transit_j,
         "link_j_per_request": (out.link_j + out.transit_j) / max(1, n),
@@ -271,11 +270,14 @@ def _engine_static_j(out: EngineOutput) -> list[float]:
 
 
 def _energy(out: EngineOutput, out_tokens: int) -> dict[str, float]:
+    """Energy totals, grouped as §7 states (it decides the last bit): running sums over the
+    instances in creation order of static ``(idle·n)·H``, compute J and memory J, then
+    ``((static + compute) + memory) + link`` (+ in-transit)."""
     H = out.horizon
-    stats = out.stats
+    stats = out.stats.tolist()
     static = sum(pool.idle_w * H for _, pool in _pools(out))
-    compute = float(stats[:, S_EC].sum())
-    memory = float(stats[:, S_EM].sum())
+    compute = sum(row[S_EC] for row in stats)
+    memory = sum(row[S_EM] for row in stats)
     optical: dict[str, float] = {}
     if any(pool.device.ft_engine for _, pool in _pools(out)):  # levers-mixers §3.5, in that order
         o_static, o_conv = sum(_engine_static_j(out)), sum(out.engine_stats[:, 0].tolist())

@@ -33,7 +33,8 @@ TRACE_DIRS = ("shared/data/traces", "../shared/data/traces", "data/traces")
 """Where the trace files are looked for, relative to the current directory."""
 
 EXTRA_LINKS = {
-    "ib-hdr": {"name": "InfiniBand HDR 200G", "bandwidth": 25e9, "latency": 10e-6, "pj_per_bit": 15.0},
+    "ib-hdr": {"name": "InfiniBand HDR 200G", "bandwidth": 25e9, "latency": 10e-6, "pj_per_bit": 15.0,
+               "message_overhead_s": 29.0e-6, "efficiency": 0.311},  # Vidur a100_dgx send/recv fit
 }
 """Links the checks need that the catalog does not have."""
 
@@ -127,6 +128,10 @@ def compute(check: dict[str, Any], trace_dir: Path | None) -> tuple[float | None
     from kvcargo.cost import shape
 
     kind = check["kind"]
+    if check.get("link_model") == "measured":
+        from kvcargo.validate_calibrated import measured_value
+
+        return measured_value(check), ""
     if kind == "kv_per_token":
         return float(shape(_model(check["model"])).kv_per_token), ""
     if kind == "params_total":
@@ -179,6 +184,10 @@ def run(only: Iterable[str] | None = None, trace_dir: str | Path | None = None) 
         ok = same or abs(rel) <= c.get("tolerance", 0.0)
         status = "ok" if ok else ("gap" if c.get("expect", "match") == "gap" else "FAIL")
         out.append(Result(c["group"], c["what"], c["source"], c["published"], text, value, rel, status, note))
+    if "calibrated" in wanted:
+        from kvcargo.validate_calibrated import results as calibrated_results
+
+        out += calibrated_results()
     return out
 
 

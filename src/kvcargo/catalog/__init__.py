@@ -200,6 +200,13 @@ class Device(_Entry):
     A100's memory time in TB and TB/s, and kvcargo reproduces that bit for bit)."""
     ft_engine: TransformEngine | None = None
     """An optical Fourier-transform engine (FFT-mixing prefill runs on it; see kvcargo.optical)."""
+    kernel_tables: str | None = None
+    """Measured kernel tables (``.npz`` from ``scripts/convert_aiconfigurator.py``) for
+    ``--cost-model calibrated``; unset: the built-in set of the same key, if any."""
+    framework: dict[str, dict[str, float]] = {}
+    """Fitted framework constants of ``--cost-model calibrated`` by TP degree
+    (``{tp8 = {prefill_scale = …, prefill_overhead_s = …, decode_scale = …, decode_overhead_s = …}}``,
+    written by ``kvcargo calibrate``); empty: the built-in ones."""
 
     @model_validator(mode="after")
     def _check(self) -> Device:
@@ -215,6 +222,18 @@ class Link(_Entry):
     latency: NonNegFloat = 10e-6
     pj_per_bit: NonNegFloat = 10.0
     channels: PositiveInt = 1
+    # ``--link-model measured`` (kvcargo.linkmodel); unset: line rate, the catalog latency.
+    message_overhead_s: NonNegFloat | None = None
+    """Fixed cost of one message (replaces ``latency`` under the measured model)."""
+    efficiency: Annotated[float, Field(gt=0, le=1)] | None = None
+    """Fraction of ``bandwidth`` a channel sustains on large messages."""
+    min_message_s: NonNegFloat | None = None
+    """Floor on the time of any message."""
+    channel_cap: PositiveFloat | None = None
+    """Host-side ceiling of one channel, bytes/s (a NIC's PCIe attachment)."""
+    layer_overhead_s: NonNegFloat | None = None
+    """Per-layer cost of layer-wise sending that does not overlap the prefill (default: a
+    multiple of ``message_overhead_s``, see kvcargo.linkmodel)."""
 
 
 class Codec(_Entry):

@@ -20,19 +20,21 @@ def cli() -> None:
 
 def _register() -> None:
     from kvcargo.cli import (
+        calibrate,
         capacity,
         catalog,
         handoff,
         plan,
         reproduce,
         simulate,
+        step,
         sweep,
         trace_stats,
         ui,
         validate,
     )
 
-    for module in (handoff, catalog, simulate, reproduce, sweep, capacity, plan, ui, trace_stats, validate):
+    for module in (handoff, catalog, simulate, step, reproduce, sweep, capacity, plan, ui, trace_stats, validate, calibrate):
         cli.add_command(module.command)
 
 

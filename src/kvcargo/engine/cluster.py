@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvcargo import stepcost
+from kvcargo.calibrated import tabulate
+from kvcargo.catalog import Link
 from kvcargo.ced import replay_on_decode
 from kvcargo.config import Resolved
 from kvcargo.cost import HF_OVERHEAD, kv_capacity, model_coefficients, shape
@@ -19,7 +21,8 @@ from kvcargo.engine import state as S
 from kvcargo.engine.loop import run_events
 from kvcargo.engine.state import Params, by_reference, grown, new_state
 from kvcargo.families import prefill_resident_bytes
-from kvcargo.handoff import Transfers, endpoint_work, transfers
+from kvcargo.handoff import Transfers, endpoint_work
+from kvcargo.linkmodel import effective, link_transfers
 from kvcargo.workload.traces import BLOCK_TOKENS
 
 
@@ -83,18 +86,24 @@ def _ports(res: Resolved) -> tuple[np.ndarray, np.ndarray]:
     """Per port: bandwidth of a channel, latency, channels (port 0 is the cluster link; then a
     NIC or NVLink port per prefill instance, then per decode instance); the NVLink domain of
     every instance (its first GPU's, GPUs numbered prefill pool first)."""
-    c, link = res.config, res.link
+    c, link = res.config, engine_link(res, res.link)
     rows = [(link.bandwidth, link.latency, res.channels)]
     per = [res.prefill_pool.n] * res.n_prefill + [res.decode_pool.n] * res.n_decode
     if c.topology == "nic":
         rows += [(link.bandwidth, link.latency, c.nics_per_instance)] * len(per)
     elif c.topology == "nvlink-domain":
         for pool, count in ((res.prefill_pool, res.n_prefill), (res.decode_pool, res.n_decode)):
-            nv = res.catalog.link(pool.device.scale_up)
+            nv = engine_link(res, res.catalog.link(pool.device.scale_up))
             rows += [(nv.bandwidth, nv.latency, 1)] * count
     first_gpu = np.concatenate([[0], np.cumsum(per)[:-1]]) if per else np.zeros(0)
     pf = np.array(rows, dtype=np.float64)
     return pf, (first_gpu // c.domain_size).astype(np.int64)
+
+
+def engine_link(res: Resolved, link: Link) -> Link:
+    """A link as the engine's ports see it: under ``--link-model measured`` its sustained rate and
+    message overhead (kvcargo.linkmodel), else the catalog entry."""
+    return effective(link) if res.config.link_model == "measured" else link
 
 
 def needs_extra_columns(c) -> bool:  # type: ignore[no-untyped-def]
@@ -116,19 +125,20 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     endpoint = dec_cost = False
     kvb = res.model.kv_bytes
     if res.colocated:
-        xfer = transfers(res.link, None, np.zeros(n), kvb)
+        xfer = link_transfers(c.link_model, res.link, None, np.zeros(n), kvb)
     else:
         comp = res.compression
-        xfer = transfers(res.link, comp, kv_bytes, kvb, prompt, groups)
+        xfer = link_transfers(c.link_model, res.link, comp, kv_bytes, kvb, prompt, groups)
         rf[:, S.XFER_TIME] = xfer.duration
         rf[:, S.XFER_J] = xfer.link_j
         rf[:, S.TRANSIT_J] = xfer.transit_j
         if len(rx) == n:
             rx[:, S.SLICE_TIME] = xfer.slice_time
             rx[:, S.SLICE_EXTRA] = xfer.last_extra
-            rx[:, S.EFF_BYTES] = xfer.slice_time * groups * res.link.bandwidth
+            rx[:, S.EFF_BYTES] = xfer.slice_time * groups * engine_link(res, res.link).bandwidth
         if c.topology == "nvlink-domain":
-            nv = transfers(res.catalog.link(res.prefill_pool.device.scale_up), comp, kv_bytes, kvb, prompt, groups)
+            nv = link_transfers(c.link_model, res.catalog.link(res.prefill_pool.device.scale_up), comp, kv_bytes,
+                                kvb, prompt, groups)
             rx[:, S.XFER_TIME_NV], rx[:, S.SLICE_TIME_NV], rx[:, S.XFER_J_NV] = nv.duration, nv.slice_time, nv.link_j
         if comp is not None and comp.at == "endpoint":
             endpoint = True
@@ -144,7 +154,7 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     mixed = stepcost.step_class(res.model) != stepcost.ATTENTION
     rq = stepcost.request_terms(res.model, prompt) if mixed else np.zeros((1, 3), dtype=np.int64)
     pf, domain = _ports(res)
-    ints = np.zeros(17, dtype=np.int64)
+    ints = np.zeros(18, dtype=np.int64)
     ints[S.P_NPREFILL] = res.n_prefill
     ints[S.P_COLOCATED] = int(res.colocated)
     ints[S.P_BUDGET] = c.token_budget
@@ -166,13 +176,24 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     ints[S.P_BLOCK_TOKENS] = BLOCK_TOKENS
     mi, mf = model_coefficients(res.model, c.lm_head)
     hf = np.stack([res.prefill_pool.coefficients(), res.decode_pool.coefficients()])
+    ints[S.P_CALIBRATED] = int(c.cost_model == "calibrated")
+    ct, cs = step_tables(res)
     ehf = hf.copy()
     ehf[:, HF_OVERHEAD] = 0.0
     xi, xf = stepcost.model_extension(res.model, c.lm_head, c.fft_efficiency, replay_on_decode(res.model))
     eo = np.stack([stepcost.engine_coefficients(pool, res.model) for pool in (res.prefill_pool, res.decode_pool)])
     return Params(rf=rf, rx=rx, ri=ri, mi=mi, mf=mf, hf=hf, ints=ints, pf=pf,
                   port_cap=pf[:, S.PF_BW] * pf[:, S.PF_CHANNELS], domain=domain, blocks=blocks,
-                  block_offsets=offsets, rq=rq, xi=xi, xf=xf, eo=eo, ehf=ehf), xfer
+                  block_offsets=offsets, ct=ct, cs=cs, rq=rq, xi=xi, xf=xf, eo=eo, ehf=ehf), xfer
+
+
+def step_tables(res: Resolved) -> tuple[np.ndarray, np.ndarray]:
+    """The calibrated model's tables per pool row (prefill or colocated, decode); a dummy under
+    the roofline."""
+    if res.config.cost_model != "calibrated":
+        return np.zeros((2, 4, 2, 2)), np.zeros((2, 6))
+    rows = [tabulate(res.model, pool, res.config.lm_head) for pool in (res.prefill_pool, res.decode_pool)]
+    return np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
 
 
 def _dense_blocks(w) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]

@@ -83,8 +83,7 @@ def colocated_begin(st, pr, c):
     fifo_cut(st.d, c, D_HEAD, D_TAIL, r)
     st.d[c, D_QUEUED] -= n
     st.p[c, P_BATCH_N] = n
-    dt, flops, nbytes, e_c, e_m, e_o, opt, engine_bound = prefill_cost(
-        pr.mi, pr.mf, pr.xi, pr.xf, pr.hf[0], pr.ehf[0], pr.eo[0], tokens, quad, n, xflops, xtok, xmask)
+    flops, nbytes, dt, e_c, e_m, e_o, opt, engine_bound = prefill_cost(pr, 0, tokens, quad, n, xflops, xtok, xmask)
     charge_step(st, c, dt, flops, nbytes, e_c, e_m)
     if mixed:
         charge_engine(st, c, dt, e_o, opt, engine_bound)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from kvcargo._jit import kernel
 from kvcargo.engine.events import charge_step, fifo_cut, fifo_push, finish_request, log_step, wake
 from kvcargo.engine.finheap import heap_pop, heap_push
-from kvcargo.engine.kernels import decode_cost, decode_work, elementwise_pass, roofline
+from kvcargo.engine.kernels import decode_cost, elementwise_pass, family_step_cost
 from kvcargo.engine.state import (
     BNEXT,
     BUSY,
@@ -126,14 +126,13 @@ def decode_admit(st, pr, d):
 def decode_step_begin(st, pr, d):
     """Start one decode step over the running batch; returns its end time."""
     now = st.f[F_NOW]
-    if pr.ints[P_MIXED]:
+    batch = st.d[d, D_RUNNING]
+    if pr.ints[P_MIXED]:  # another model family (replay rows: a causal encoder-decoder's)
         rn = st.d[d, D_REPLAY_N]
-        dt, flops, nbytes, e_c, e_m = decode_cost(pr.mi, pr.mf, pr.xi, pr.xf, pr.hf[1], st.d[d, D_RUNNING] - rn,
-                                                  st.d[d, D_CONTEXT], rn, st.d[d, D_REPLAY_T], st.d[d, D_REPLAY_A],
-                                                  st.d[d, D_REPLAY_S])
+        flops, nbytes, dt, e_c, e_m = family_step_cost(pr, 1, batch - rn, st.d[d, D_CONTEXT], rn, st.d[d, D_REPLAY_T],
+                                                       st.d[d, D_REPLAY_A], st.d[d, D_REPLAY_S])
     else:
-        flops, nbytes = decode_work(pr.mi, pr.mf, st.d[d, D_RUNNING], st.d[d, D_CONTEXT])
-        dt, e_c, e_m = roofline(pr.hf[1], flops, nbytes)
+        flops, nbytes, dt, e_c, e_m = decode_cost(pr, 1, batch, st.d[d, D_CONTEXT])
     row = _stats_row(pr, d)
     if pr.ints[P_DECCOST] and st.stats[row, S_PEND_OPS] + st.stats[row, S_PEND_BYTES] > 0.0:
         x_t, x_c, x_m = elementwise_pass(pr.hf[1], st.stats[row, S_PEND_OPS], st.stats[row, S_PEND_BYTES])

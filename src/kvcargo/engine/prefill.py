@@ -127,8 +127,7 @@ def prefill_begin(st, pr, p):
     if pr.ints[P_RESERVE]:
         prefill_kv_change(st, p, tokens)
     hf = pr.hf[0]
-    dt, flops, by, e_c, e_m, e_o, opt, engine_bound = prefill_cost(pr.mi, pr.mf, pr.xi, pr.xf, hf, pr.ehf[0], pr.eo[0],
-                                                                   tokens, quad, n, xflops, xtok, xmask)
+    flops, by, dt, e_c, e_m, e_o, opt, engine_bound = prefill_cost(pr, 0, tokens, quad, n, xflops, xtok, xmask)
     if pr.ints[P_ENDPOINT]:
         x_t, x_c, x_m = elementwise_pass(hf, ops, nbytes)
         dt = dt + x_t

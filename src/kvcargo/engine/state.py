@@ -83,7 +83,7 @@ RQ_FLOPS, RQ_TOKENS, RQ_MASK = range(3)
 # P_MIXED: the model's step class is not the transformer's; P_REPLAY_DECODE: the first token comes
 # from a replay step on the decode instance (every request is handed off).
 (P_NPREFILL, P_COLOCATED, P_BUDGET, P_MAXBATCH, P_KVCAP, P_ENDPOINT, P_GROUPS, P_TOPOLOGY, P_FAIR, P_RESERVE,
- P_EARLY, P_DECCOST, P_PREFILL_KVCAP, P_PREFIX, P_BLOCK_TOKENS, P_MIXED, P_REPLAY_DECODE) = range(17)
+ P_EARLY, P_DECCOST, P_PREFILL_KVCAP, P_PREFIX, P_BLOCK_TOKENS, P_CALIBRATED, P_MIXED, P_REPLAY_DECODE) = range(18)
 # ``Params.pf``: per port, bandwidth of one channel (bytes/s), latency (s), channels.
 PF_BW, PF_LATENCY, PF_CHANNELS = range(3)
 
@@ -108,6 +108,10 @@ class Params(NamedTuple):
     blocks: np.ndarray
     block_offsets: np.ndarray
     """With a prefix cache: each request's prompt blocks (dense ids), flat, with offsets."""
+    ct: np.ndarray
+    cs: np.ndarray
+    """``--cost-model calibrated``: per pool row, the tabulated step costs and their scalars
+    (see :func:`kvcargo.calibrated.tabulate`); a small dummy under the roofline."""
     rq: np.ndarray
     xi: np.ndarray
     xf: np.ndarray

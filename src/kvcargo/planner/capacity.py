@@ -25,12 +25,14 @@ import numpy as np
 
 from kvcargo.ced import replay_on_decode
 from kvcargo.config import Resolved, SimConfig, colocated_pool, resolve
-from kvcargo.cost import Pool, decode_step, elementwise_pass, kv_capacity, prefill_step, shape
+from kvcargo.cost import Pool, elementwise_pass, kv_capacity, shape
 from kvcargo.errors import KvcargoError
-from kvcargo.handoff import endpoint_work, transfers
+from kvcargo.handoff import endpoint_work
+from kvcargo.linkmodel import link_transfers
 from kvcargo.stepcost import ATTENTION, step_class
 from kvcargo.stepcost import decode_step as class_decode_step
 from kvcargo.stepcost import prefill_step as class_prefill_step
+from kvcargo.steps import step_cost
 
 TARGET = 0.9
 """Default share of (steady) requests that must meet both SLOs."""
@@ -88,7 +90,7 @@ def _prefill_ceiling(config: SimConfig, model, pool: Pool, p: float, compression
     n = max(1, math.floor(config.token_budget / p))
     s = max(1, round(p))
     if step_class(model) == ATTENTION:
-        t = prefill_step(model, pool, [s] * n, config.lm_head).time
+        t = step_cost(model, pool, "prefill", n, s, config.cost_model, config.lm_head)["time_s"]
     else:  # FFT-mixing or CED (an encoder-only prefill pool when the decode side replays)
         t = class_prefill_step(model, pool, [s] * n, config.lm_head, config.fft_efficiency,
                                replay_on_decode(model) and config.mode != "colocated").time
@@ -104,7 +106,7 @@ def _decode_ceiling(config: SimConfig, model, pool: Pool, kvcap: int, p: float, 
     b = max(1, min(config.max_batch, math.floor(kvcap / units)))
     ctx = math.floor(p + o / 2)
     if step_class(model) == ATTENTION:
-        t = decode_step(model, pool, b, ctx).time
+        t = step_cost(model, pool, "decode", b, ctx, config.cost_model)["time_s"]
     else:
         t = class_decode_step(model, pool, b, b * ctx, fft_efficiency=config.fft_efficiency).time
     return b / t / max(1, o - 1), b, ctx, t
@@ -130,8 +132,8 @@ def ceilings(config: SimConfig) -> Ceilings:
                         n_col, cpf, cdc)
     pf, n_pf, t_pf = _prefill_ceiling(config, model, res.prefill_pool, p, res.compression)
     dc, b, ctx, t_dc = _decode_ceiling(config, model, res.decode_pool, res.kv_capacity, p, o)
-    xfer = transfers(res.link, res.compression, np.array([shape(model).handoff_bytes(p)], dtype=np.float64),
-                     model.kv_bytes)
+    xfer = link_transfers(config.link_model, res.link, res.compression,
+                          np.array([shape(model).handoff_bytes(p)], dtype=np.float64), model.kv_bytes)
     t_x = float(xfer.duration[0])
     link = res.channels / t_x
     if config.topology == "nic":  # a NIC (or several) per instance: pairs of instances transfer in parallel

@@ -254,6 +254,8 @@ const SIM_FIELDS = [
   ["topology", "Topology", "choice:shared|nic|nvlink-domain", "Hand-off"],
   ["link_sharing", "Link sharing", "choice:fcfs|fair", "Hand-off"],
   ["kv_reserve", "Decode KV reserved", "choice:at-decode|at-transfer", "Hand-off"],
+  ["cost_model", "Cost model", "choice:roofline|calibrated", "Pools"],
+  ["link_model", "Link model", "choice:line-rate|measured", "Hand-off"],
   ["ced_encoder_layers", "CED encoder layers (0: off)", "int", "Model family"],
   ["ced_replay", "CED replay (tokens)", "int", "Model family"],
   ["ced_replay_on", "CED replay on", "choice:|prefill|decode", "Model family"],

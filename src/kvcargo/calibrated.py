@@ -1,0 +1,229 @@
+"""The calibrated step-cost model (``--cost-model calibrated``): measured kernels, not a roofline.
+
+A step of a dense transformer on ``t`` tensor-parallel devices costs, per layer, its GEMMs at
+``m`` tokens (QKV, output, gate+up, down, each split t ways), two all-reduces of ``m·d`` bf16
+values, the elementwise kernels (norms, RoPE, residuals, SiLU·mul: bytes at the measured
+bandwidth, never below the shortest measured kernel) and the attention kernel (context attention
+over the prompts in prefill, generation attention over the cached tokens in decode); then the
+logits GEMM and one per-step framework overhead per (device, TP), fitted to end-to-end data
+(:mod:`kvcargo.calibration_fit`). Kernel latencies come from :mod:`kvcargo.kernel_tables`.
+
+For the engine the model is tabulated once per run and pool (:func:`tabulate`): log-seconds on a
+log-spaced grid of tokens (1-D tables) or of (batch, tokens per sequence) (attention), which
+:func:`calibrated_step` reads with a bilinear lookup — a few flops per step.
+
+Energy: FLOPs and bytes at the catalog's pJ per FLOP and per byte, the FLOP energy scaled by
+``flop_eff / (measured rate / peak)``. The reference's coefficients put a compute-bound step at
+``flop_eff`` of peak just under the device's dynamic power budget; at the measured (faster) rate
+the same scaling keeps that step at the same power instead of throttling every prefill. A power
+cap below TDP stretches a step whose power would exceed the budget to ``energy / budget``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvcargo._jit import kernel
+from kvcargo.calibration_fit import Framework, framework, parse_constants
+from kvcargo.catalog import Device, Model
+from kvcargo.cost import HF_PDYN, HF_PJ_BYTE, HF_PJ_FLOP, HF_SPEEDUP, LmHead, Pool
+from kvcargo.errors import KvcargoError
+from kvcargo.kernel_tables import KernelTables, load
+
+PER_OCTAVE = 8
+"""Grid points per doubling of the tabulated axes."""
+OCTAVES = 22
+"""The tables cover 1 … 2^22 tokens (beyond: the last segment is extrapolated)."""
+N_GRID = PER_OCTAVE * OCTAVES + 1
+T_TOKENS, T_LOGITS, T_CONTEXT, T_GENERATION = range(4)
+"""The tabulated parts: per-token layer work, the logits GEMM, context and generation attention."""
+# Scalars of a calibrated pool (``Params.cs``): the fitted framework constants, the FLOP-energy
+# scale, whether the LM head runs on the last prompt token only.
+CS_PREFILL_SCALE, CS_PREFILL_OVERHEAD, CS_DECODE_SCALE, CS_DECODE_OVERHEAD, CS_PJ_SCALE, CS_LM_LAST = range(6)
+ELEMENTWISE_KERNELS = 6
+"""Elementwise kernels per layer: two RMSNorms, RoPE, two residual adds, SiLU·mul."""
+MEASURED_BW_FRACTION = 0.8
+"""Fraction of HBM bandwidth an elementwise kernel reaches (the reference's bw_eff; not measured)."""
+
+
+def grid() -> np.ndarray:
+    """The tabulated axis: 2^(i/PER_OCTAVE) for i = 0 … N_GRID−1."""
+    return 2.0 ** (np.arange(N_GRID) / PER_OCTAVE)
+
+
+@dataclass(frozen=True)
+class CalibratedPool:
+    """The measured costs of one instance: a model on ``tp`` tensor-parallel devices."""
+
+    model: Model
+    device: Device
+    tp: int
+    tables: KernelTables
+
+    @property
+    def heads(self) -> int:
+        return max(1, self.model.heads // self.tp)
+
+    @property
+    def kv_heads(self) -> int:
+        """KV heads per device (a device keeps at least one)."""
+        return max(1, -(-self.model.kv_heads // self.tp))
+
+    @property
+    def head_dim(self) -> int:
+        return self.model.head_dim
+
+    def layer_tokens_s(self, m: np.ndarray) -> np.ndarray:
+        """Every layer's work proportional to the tokens of the step, at ``m`` tokens."""
+        md, t, g = self.model, self.tp, self.tables
+        d, hd = md.d_model, self.head_dim
+        q, kv = self.heads * hd, self.kv_heads * hd
+        ff = md.d_ff // t
+        gemms = g.gemm(m, q + 2 * kv, d) + g.gemm(m, d, q) + g.gemm(m, 2 * ff, d) + g.gemm(m, d, ff)
+        reduce = 2 * g.all_reduce(t, np.asarray(m, dtype=np.float64) * d * 2)
+        elem_bytes = 2.0 * np.asarray(m, dtype=np.float64) * (10 * d + 3 * ff + 2 * (q + kv))
+        floor = ELEMENTWISE_KERNELS * self.shortest_kernel_s
+        elem = np.maximum(elem_bytes / (self.device.hbm_bw * MEASURED_BW_FRACTION), floor)
+        return md.layers * (gemms + reduce + elem)
+
+    @property
+    def shortest_kernel_s(self) -> float:
+        return float(np.exp(self.tables.gemm_log.min()))
+
+    def logits_s(self, m: np.ndarray) -> np.ndarray:
+        """The LM head over ``m`` tokens (vocabulary split t ways)."""
+        return self.tables.gemm(m, -(-self.model.vocab // self.tp), self.model.d_model)
+
+    @property
+    def windowed_layers(self) -> int:
+        """Layers with sliding-window attention (0 without a window)."""
+        m = self.model
+        if m.sliding_window is None:
+            return 0
+        return m.layers if m.window_layers is None else m.window_layers
+
+    def context_s(self, batch: np.ndarray, prompt: np.ndarray) -> np.ndarray:
+        """Every layer's prefill attention; a windowed layer attends to at most ``window`` tokens,
+        charged as the full kernel scaled by ``min(s, window) / s``."""
+        full = self.tables.context_attention(self.heads, self.kv_heads, self.head_dim, batch, prompt)
+        w = self.windowed_layers
+        if not w:
+            return self.model.layers * full
+        p = np.asarray(prompt, dtype=np.float64)
+        windowed = full * np.minimum(p, self.model.sliding_window) / p
+        return (self.model.layers - w) * full + w * windowed
+
+    def generation_s(self, batch: np.ndarray, kv_len: np.ndarray) -> np.ndarray:
+        """Every layer's decode attention; a windowed layer reads at most ``window`` cached tokens."""
+        g = self.tables.generation_attention
+        full = g(self.heads, self.kv_heads, self.head_dim, batch, kv_len)
+        w = self.windowed_layers
+        if not w:
+            return self.model.layers * full
+        capped = g(self.heads, self.kv_heads, self.head_dim, batch,
+                   np.minimum(np.asarray(kv_len, dtype=np.float64), self.model.sliding_window))
+        return (self.model.layers - w) * full + w * capped
+
+
+def check_supported(model: Model, pool: Pool) -> None:
+    """The calibrated model covers dense MHA/GQA models in bf16: say so for anything else."""
+    if model.experts:
+        raise KvcargoError(f"--cost-model calibrated covers dense models; {model.key} is a mixture of "
+                           "experts (use --cost-model roofline)")
+    if model.kv_layout == "mla":
+        raise KvcargoError(f"--cost-model calibrated has no measured MLA kernels; {model.key} uses MLA "
+                           "(use --cost-model roofline)")
+    if pool.precision != "bf16" or model.weight_bytes != 2 or model.kv_bytes != 2:
+        raise KvcargoError(f"--cost-model calibrated has bf16 kernel tables only; {model.key} keeps "
+                           f"{model.weight_bytes:g}-byte weights and {model.kv_bytes:g}-byte KV (use --cost-model roofline)")
+
+
+def calibrated_pool(model: Model, pool: Pool) -> CalibratedPool:
+    """The measured costs of ``model`` on one instance of ``pool`` (tensor parallel over all its devices)."""
+    check_supported(model, pool)
+    return CalibratedPool(model, pool.device, pool.n, load(pool.device.key, pool.device.kernel_tables))
+
+
+def framework_of(pool: Pool) -> Framework:
+    """The fitted framework constants of an instance: the device's own (a catalog overlay written
+    by ``kvcargo calibrate``), else the built-in ones."""
+    own = parse_constants({pool.device.key: pool.device.framework}) if pool.device.framework else None
+    return framework(pool.device.key, pool.n, own)
+
+
+def pj_scale(pool: Pool, tables: KernelTables) -> float:
+    """FLOP-energy scale that keeps a compute-bound step at the reference's power (module doc)."""
+    measured = tables.peak_gemm_rate / pool.device.peak_flops
+    return pool.device.flop_eff / measured
+
+
+def tabulate(model: Model, pool: Pool, lm_head: LmHead = "all") -> tuple[np.ndarray, np.ndarray]:
+    """The engine's tables for one pool: log-seconds ``(4, N_GRID, N_GRID)`` and the scalars."""
+    cp = calibrated_pool(model, pool)
+    x = grid()
+    ct = np.zeros((4, N_GRID, N_GRID))
+    ct[T_TOKENS, :, :] = np.log(cp.layer_tokens_s(x))[:, None]
+    ct[T_LOGITS, :, :] = np.log(cp.logits_s(x))[:, None]
+    b, s = np.meshgrid(x, x, indexing="ij")
+    ct[T_CONTEXT] = np.log(cp.context_s(b.ravel(), s.ravel())).reshape(b.shape)
+    ct[T_GENERATION] = np.log(cp.generation_s(b.ravel(), s.ravel())).reshape(b.shape)
+    fw = framework_of(pool)
+    cs = np.zeros(6)
+    cs[CS_PREFILL_SCALE] = fw.prefill_scale
+    cs[CS_PREFILL_OVERHEAD] = fw.prefill_overhead_s
+    cs[CS_DECODE_SCALE] = fw.decode_scale
+    cs[CS_DECODE_OVERHEAD] = fw.decode_overhead_s
+    cs[CS_PJ_SCALE] = pj_scale(pool, cp.tables)
+    cs[CS_LM_LAST] = 1.0 if lm_head == "last" else 0.0
+    ct.setflags(write=False)
+    cs.setflags(write=False)
+    return ct, cs
+
+
+# ------------------------------------------------------------------ the engine's lookup kernels
+
+
+@kernel(inline=True)
+def table_at(ct: np.ndarray, table: int, x: float, y: float) -> float:
+    """Seconds from a tabulated part at (x, y) (y = 1 for the 1-D parts): bilinear in log space."""
+    fx = math.log2(max(x, 1.0)) * PER_OCTAVE
+    ix = min(int(fx), N_GRID - 2)
+    wx = fx - ix
+    fy = math.log2(max(y, 1.0)) * PER_OCTAVE
+    iy = min(int(fy), N_GRID - 2)
+    wy = fy - iy
+    v = ((1.0 - wx) * (1.0 - wy) * ct[table, ix, iy] + wx * (1.0 - wy) * ct[table, ix + 1, iy]
+         + (1.0 - wx) * wy * ct[table, ix, iy + 1] + wx * wy * ct[table, ix + 1, iy + 1])
+    return math.exp(v)
+
+
+@kernel(inline=True)
+def calibrated_step(ct: np.ndarray, cs: np.ndarray, hf: np.ndarray, prefill: bool, tokens: float,
+                    seqs: float, quad: float, context: float, flops: float,
+                    nbytes: float) -> tuple[float, float, float]:
+    """Time (overhead included), compute and memory energy of one step under the calibrated model.
+
+    Prefill: ``tokens`` over ``seqs`` prompts with Σ s(s+1) = ``quad`` (attention is charged as
+    ``seqs`` prompts of the length with that mean). Decode: ``seqs`` sequences (= tokens) whose
+    contexts sum to ``context``.
+    """
+    if prefill:
+        q = quad / seqs
+        s = (math.sqrt(1.0 + 4.0 * q) - 1.0) / 2.0
+        m_logits = seqs if cs[CS_LM_LAST] != 0.0 else tokens
+        t = cs[CS_PREFILL_SCALE] * (table_at(ct, T_TOKENS, tokens, 1.0) + table_at(ct, T_LOGITS, m_logits, 1.0)
+                                    + table_at(ct, T_CONTEXT, seqs, s))
+        overhead = cs[CS_PREFILL_OVERHEAD]
+    else:
+        t = cs[CS_DECODE_SCALE] * (table_at(ct, T_TOKENS, tokens, 1.0) + table_at(ct, T_LOGITS, tokens, 1.0)
+                                   + table_at(ct, T_GENERATION, seqs, context / seqs + 1.0))
+        overhead = cs[CS_DECODE_OVERHEAD]
+    e_c = flops * hf[HF_PJ_FLOP] * 1e-12 / hf[HF_SPEEDUP] * cs[CS_PJ_SCALE]
+    e_m = nbytes * hf[HF_PJ_BYTE] * 1e-12
+    if (e_c + e_m) / t > hf[HF_PDYN]:
+        t = (e_c + e_m) / hf[HF_PDYN]
+    return t + overhead, e_c, e_m
+

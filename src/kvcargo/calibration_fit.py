@@ -1,0 +1,256 @@
+"""Fitting the calibrated model's free constants to end-to-end step measurements.
+
+The kernel tables fix what the GPU does; a serving framework adds what it does around them. Per
+(device, tensor-parallel degree) and phase the calibrated step time is
+``scale · Σ kernels + overhead`` (:mod:`kvcargo.calibrated`): ``overhead`` is the per-step
+framework cost (scheduling, launches, host-device synchronisation), ``scale`` how much slower the
+framework's kernels are than the measured ones (older kernels, no CUDA graphs). Both are fitted
+by least squares on the *relative* error, so short and long steps weigh alike.
+
+The built-in constants (``data/calibration/framework.toml``) were fitted to Splitwise's end-to-end
+measurements of Llama-2-70B on DGX-H100 and DGX-A100 (Patel et al., ISCA'24; MIT), with
+``kvcargo calibrate --steps ../shared/data/calibration/splitwise/perf_model_fit.csv``; a device or
+TP degree they do not cover is interpolated (or extrapolated) linearly in log2(TP) from the
+fitted degrees of the same device (H200 and B200 borrow the H100's), overheads clamped at zero;
+a device with none runs unscaled with no overhead.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import tomllib
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from kvcargo.errors import KvcargoError
+
+FRAMEWORK_FALLBACK = {"h200": "h100", "b200": "h100"}
+"""Devices without fitted framework constants borrow another's."""
+HARDWARE_KEYS = {"a100-80gb": "a100", "h100-80gb": "h100"}
+"""Splitwise's hardware names → kvcargo device keys (power-capped runs are not step-time data)."""
+
+
+@dataclass(frozen=True)
+class Framework:
+    """Fitted constants of one (device, TP): ``time = scale · kernels + overhead`` per phase."""
+
+    prefill_scale: float = 1.0
+    prefill_overhead_s: float = 0.0
+    decode_scale: float = 1.0
+    decode_overhead_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One measured step: B prompts of P tokens (prefill) or B sequences at a context (decode)."""
+
+    model: str
+    device: str
+    tp: int
+    phase: str
+    batch: int
+    tokens: float
+    """Prefill: prompt length; decode: mean context per sequence."""
+    measured_s: float
+
+
+@cache
+def builtin_constants() -> dict[tuple[str, int], Framework]:
+    text = resources.files("kvcargo.data").joinpath("calibration/framework.toml").read_text(encoding="utf-8")
+    return parse_constants(tomllib.loads(text))
+
+
+def parse_constants(doc: dict) -> dict[tuple[str, int], Framework]:
+    """``[device.tpN] prefill_scale = …`` tables → constants by (device, TP)."""
+    out = {}
+    for device, per_tp in doc.items():
+        for tp_key, fields in per_tp.items():
+            if not tp_key.startswith("tp") or not tp_key[2:].isdigit():
+                raise KvcargoError(f"framework constants [{device}.{tp_key}]: expected a table named tpN")
+            out[(device, int(tp_key[2:]))] = Framework(**fields)
+    return out
+
+
+def framework(device: str, tp: int, table: dict[tuple[str, int], Framework] | None = None) -> Framework:
+    """The constants of ``device`` at ``tp``: fitted, or linear in log2(TP) between (beyond: from)
+    the two nearest fitted degrees, overheads clamped at 0 (see the module doc)."""
+    table = builtin_constants() if table is None else table
+    for dev in (device, FRAMEWORK_FALLBACK.get(device)):
+        tps = sorted(t for d, t in table if d == dev)
+        if tp in tps:
+            return table[(dev, tp)]
+        if len(tps) == 1:
+            return table[(dev, tps[0])]
+        if tps:
+            i = min(max(bisect.bisect(tps, tp), 1), len(tps) - 1)
+            pair = tps[i - 1:i + 1]
+            a, b = table[(dev, pair[0])], table[(dev, pair[1])]
+            w = (np.log2(tp) - np.log2(pair[0])) / (np.log2(pair[1]) - np.log2(pair[0]))
+            mix = {k: (1 - w) * getattr(a, k) + w * getattr(b, k) for k in a.__dict__}
+            return Framework(**{k: max(0.0, float(v)) for k, v in mix.items()})
+    return Framework()
+
+
+def read_splitwise(path: str | Path) -> list[StepRow]:
+    """Splitwise's ``perf_model.csv`` rows as prefill and decode steps (medians of the repeats)."""
+    groups: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            for r in csv.DictReader(fh):
+                dev = HARDWARE_KEYS.get(r["hardware"])
+                if dev is None:
+                    continue
+                key = (r["model"], dev, int(r["tensor_parallel"]), int(r["batch_size"]), int(r["prompt_size"]),
+                       int(r["token_size"]))
+                groups[key].append((float(r["prompt_time"]) * 1e-3, float(r["token_time"]) * 1e-3))
+    except OSError as exc:
+        raise KvcargoError(f"{path}: cannot read ({exc.strerror})") from None
+    except (KeyError, ValueError) as exc:
+        raise KvcargoError(f"{path}: not a Splitwise perf_model CSV ({exc})") from None
+    rows = []
+    for (model, dev, tp, b, p, t), v in sorted(groups.items()):
+        pt, tt = np.median([a for a, _ in v]), np.median([c for _, c in v])
+        rows.append(StepRow(model, dev, tp, "prefill", b, p, float(pt)))
+        rows.append(StepRow(model, dev, tp, "decode", b, p + t / 2, float(tt)))
+    return rows
+
+
+def read_requests(path: str | Path) -> list[StepRow]:
+    """Per-request TTFT/TPOT of a benchmark run (``model,device,tp,prompt,output,ttft_s,tpot_s``,
+    optional ``batch``: the concurrency the run held) as steps: TTFT is one prefill of the prompt,
+    TPOT one decode step at the mid-output context. Valid for runs without queueing (one request
+    at a time, or a fixed concurrency below the server's limits)."""
+    need = ("model", "device", "tp", "prompt", "output", "ttft_s", "tpot_s")
+    rows = []
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in need if c not in (reader.fieldnames or [])]
+        if missing:
+            raise KvcargoError(f"{path}: missing columns {', '.join(missing)}")
+        for i, r in enumerate(reader, start=2):
+            try:
+                p, o, b = int(r["prompt"]), int(r["output"]), int(r.get("batch") or 1)
+                ttft, tpot = float(r["ttft_s"]), float(r["tpot_s"])
+                tp = int(r["tp"])
+            except ValueError as exc:
+                raise KvcargoError(f"{path}, line {i}: {exc}") from None
+            if min(p, o, b, tp) < 1 or not (ttft > 0 and tpot > 0):
+                raise KvcargoError(f"{path}, line {i}: prompt, output, batch, tp must be >= 1 and times > 0")
+            rows.append(StepRow(r["model"], r["device"], tp, "prefill", 1, p, ttft))
+            if o > 1:
+                rows.append(StepRow(r["model"], r["device"], tp, "decode", b, p + o / 2, tpot))
+    return rows
+
+
+def read_steps(path: str | Path) -> list[StepRow]:
+    """A CSV of step times: ``model,device,tp,phase,batch,tokens,time_s`` (a header row),
+    per-request TTFT/TPOT (:func:`read_requests`) or Splitwise's ``perf_model.csv`` layout."""
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            header = next(csv.reader(fh), [])
+    except OSError as exc:
+        raise KvcargoError(f"{path}: cannot read ({exc.strerror})") from None
+    if "prompt_time" in header:
+        return read_splitwise(path)
+    if "ttft_s" in header:
+        return read_requests(path)
+    need = ("model", "device", "tp", "phase", "batch", "tokens", "time_s")
+    missing = [c for c in need if c not in header]
+    if missing:
+        raise KvcargoError(f"{path}: missing columns {', '.join(missing)} (need {', '.join(need)}, "
+                           "or a Splitwise perf_model CSV)")
+    rows = []
+    with open(path, newline="", encoding="utf-8") as fh:
+        for i, r in enumerate(csv.DictReader(fh), start=2):
+            try:
+                row = StepRow(r["model"], r["device"], int(r["tp"]), r["phase"], int(r["batch"]),
+                              float(r["tokens"]), float(r["time_s"]))
+            except ValueError as exc:
+                raise KvcargoError(f"{path}, line {i}: {exc}") from None
+            if row.phase not in ("prefill", "decode"):
+                raise KvcargoError(f"{path}, line {i}: phase must be prefill or decode, got {row.phase!r}")
+            if row.batch < 1 or row.tokens < 1 or not row.measured_s > 0:
+                raise KvcargoError(f"{path}, line {i}: batch and tokens must be >= 1 and time_s > 0")
+            rows.append(row)
+    return rows
+
+
+def kernel_time(row: StepRow, catalog_files: tuple[str, ...] = ()) -> float:
+    """The calibrated model's kernel time for a measured step (no scale, no overhead; the LM head
+    over the last prompt token, as serving frameworks compute it)."""
+    from kvcargo import catalog
+    from kvcargo.calibrated import CalibratedPool, check_supported
+    from kvcargo.cost import Pool
+    from kvcargo.kernel_tables import load
+
+    cat = catalog.load(catalog_files)
+    model, device = cat.model(row.model), cat.device(row.device)
+    check_supported(model, Pool(device, row.tp))
+    cp = CalibratedPool(model, device, row.tp, load(device.key, device.kernel_tables))
+    b = np.array([float(row.batch)])
+    if row.phase == "prefill":
+        t = (cp.layer_tokens_s(b * row.tokens) + cp.logits_s(b)
+             + cp.context_s(b, np.array([row.tokens])))
+    else:
+        t = cp.layer_tokens_s(b) + cp.logits_s(b) + cp.generation_s(b, np.array([row.tokens + 1.0]))
+    return float(t[0])
+
+
+def fit_device(tps: np.ndarray, kernels: np.ndarray, measured: np.ndarray,
+               free_scale: bool) -> tuple[float, dict[int, float]]:
+    """One scale shared by every TP degree (or 1) and one overhead per degree, minimising
+    Σ((scale·k + overhead_tp)/y − 1)² with overheads ≥ 0 (a negative one is pinned at 0)."""
+    degrees = sorted(set(tps.tolist()))
+    free = list(degrees)
+    while True:
+        cols = ([kernels / measured] if free_scale else []) + [(tps == t) / measured for t in free]
+        target = np.ones_like(measured) - (0.0 if free_scale else kernels / measured)
+        sol = np.linalg.lstsq(np.stack(cols, axis=1), target, rcond=None)[0] if cols else np.zeros(0)
+        scale = float(sol[0]) if free_scale else 1.0
+        over = dict(zip(free, sol[1:] if free_scale else sol))
+        negative = [t for t, o in over.items() if o < 0]
+        if not negative:
+            return scale, {t: float(over.get(t, 0.0)) for t in degrees}
+        free.remove(negative[0])
+
+
+def fit(rows: list[StepRow], catalog_files: tuple[str, ...] = ()) -> dict[tuple[str, int], Framework]:
+    """Fitted constants per (device, TP) from measured steps: prefill ``scale`` per device and
+    overhead per TP; decode at the kernels' own speed (scale 1) plus an overhead per TP — decode
+    steps vary too little within a benchmark to pin a scale (a phase without rows keeps 1 and 0)."""
+    by: dict[tuple[str, str], list[tuple[int, float, float]]] = defaultdict(list)
+    for r in rows:
+        by[(r.device, r.phase)].append((r.tp, kernel_time(r, catalog_files), r.measured_s))
+    fields: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
+    for (dev, phase), pts in sorted(by.items()):
+        tps, k, y = (np.array(c) for c in zip(*pts))
+        scale, over = fit_device(tps.astype(np.int64), k, y, free_scale=phase == "prefill")
+        for tp, o in over.items():
+            fields[(dev, tp)].update({f"{phase}_scale": scale, f"{phase}_overhead_s": o})
+    return {key: Framework(**f) for key, f in sorted(fields.items())}
+
+
+def predict(row: StepRow, table: dict[tuple[str, int], Framework] | None = None,
+            catalog_files: tuple[str, ...] = ()) -> float:
+    """The calibrated step time of a measured step under fitted constants."""
+    f = framework(row.device, row.tp, table)
+    k = kernel_time(row, catalog_files)
+    if row.phase == "prefill":
+        return f.prefill_scale * k + f.prefill_overhead_s
+    return f.decode_scale * k + f.decode_overhead_s
+
+
+def to_toml(table: dict[tuple[str, int], Framework]) -> str:
+    """Constants as the TOML ``framework.toml`` holds (and a catalog overlay's ``[framework]``)."""
+    lines = []
+    for (dev, tp), f in sorted(table.items()):
+        lines.append(f"[{dev}.tp{tp}]")
+        lines += [f"{k} = {v!r}" for k, v in f.__dict__.items()]
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,101 @@
+"""The cost of one step (``kvcargo step``): what the engine charges, for users and for checks.
+
+Prefill: ``batch`` prompts of ``length`` tokens in one step; decode: ``batch`` sequences with
+``length`` tokens of context each. Both cost models go through the engine's own kernels, so the
+numbers are exactly what a simulation charges for that step.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+
+from kvcargo import catalog as catalog_mod
+from kvcargo.calibrated import (
+    CS_DECODE_OVERHEAD,
+    CS_PREFILL_OVERHEAD,
+    calibrated_pool,
+    calibrated_step,
+    framework_of,
+    tabulate,
+)
+from kvcargo.catalog import Model
+from kvcargo.cost import (
+    LmHead,
+    Pool,
+    decode_step,
+    decode_work,
+    model_coefficients,
+    prefill_step,
+    prefill_work,
+    require_fit,
+)
+from kvcargo.errors import KvcargoError
+
+Phase = Literal["prefill", "decode"]
+
+
+def step(model: str, device: str, devices: int, phase: Phase, batch: int, length: int,
+         cost_model: str = "roofline", lm_head: LmHead = "all", catalog: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Time (s), energy (J) and what went into one step (SI units)."""
+    if phase not in ("prefill", "decode"):
+        raise KvcargoError(f"unknown phase {phase!r}; valid choices: decode, prefill")
+    if cost_model not in ("roofline", "calibrated"):
+        raise KvcargoError(f"unknown cost model {cost_model!r}; valid choices: calibrated, roofline")
+    for name, v in (("batch", batch), ("prompt" if phase == "prefill" else "context", length)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise KvcargoError(f"--{name} must be a whole number >= 1, got {v!r}")
+    cat = catalog_mod.load(catalog)
+    m = cat.model(model)
+    pool = Pool(cat.device(device), devices)
+    require_fit(m, pool, phase)
+    out: dict[str, Any] = {"model": m.key, "device": pool.device.key, "devices_per_instance": devices,
+                           "cost_model": cost_model, "phase": phase, "batch": batch}
+    out["prompt" if phase == "prefill" else "context"] = length
+    out.update(step_cost(m, pool, phase, batch, length, cost_model, lm_head))
+    out["power_w"] = pool.idle_w + out["energy_j"] / out["time_s"]
+    return out
+
+
+def step_cost(model: Model, pool: Pool, phase: Phase, batch: int, length: int, cost_model: str = "roofline",
+              lm_head: LmHead = "all") -> dict[str, Any]:
+    """Time, energies, FLOPs and bytes of one step under a cost model (catalog objects)."""
+    if cost_model == "calibrated":
+        return _calibrated(model, pool, phase, batch, length, lm_head)
+    if phase == "prefill":
+        s = prefill_step(model, pool, [length] * batch, lm_head)
+    else:
+        s = decode_step(model, pool, batch, length)
+    return {"time_s": s.time, "energy_j": s.energy_j, "compute_j": s.compute_j, "memory_j": s.memory_j,
+            "flops": s.flops, "bytes": s.bytes, "bound": s.bound}
+
+
+def _calibrated(model: Model, pool: Pool, phase: Phase, batch: int, length: int, lm_head: LmHead) -> dict[str, Any]:
+    """The calibrated step through the engine's lookup, with the measured parts beside it."""
+    ct, cs = tabulate(model, pool, lm_head)
+    mi, mf = model_coefficients(model, lm_head)
+    hf = pool.coefficients()
+    cp = calibrated_pool(model, pool)
+    b = np.array([float(batch)])
+    if phase == "prefill":
+        tokens, quad = batch * length, batch * length * (length + 1)
+        flops, nbytes = prefill_work(mi, mf, tokens, quad, batch)
+        t, e_c, e_m = calibrated_step(ct, cs, hf, True, float(tokens), float(batch), float(quad), 0.0,
+                                      float(flops), nbytes)
+        scale, overhead = framework_of(pool).prefill_scale, cs[CS_PREFILL_OVERHEAD]
+        attention = cp.context_s(b, np.array([float(length)]))[0]
+        logits = cp.logits_s(b if lm_head == "last" else b * length)[0]
+        layers = cp.layer_tokens_s(b * length)[0]
+    else:
+        flops, nbytes = decode_work(mi, mf, batch, batch * length)
+        t, e_c, e_m = calibrated_step(ct, cs, hf, False, float(batch), float(batch), 0.0, float(batch * length),
+                                      float(flops), nbytes)
+        scale, overhead = framework_of(pool).decode_scale, cs[CS_DECODE_OVERHEAD]
+        attention = cp.generation_s(b, np.array([length + 1.0]))[0]
+        logits = cp.logits_s(b)[0]
+        layers = cp.layer_tokens_s(b)[0]
+    return {"time_s": t, "energy_j": e_c + e_m, "compute_j": e_c, "memory_j": e_m, "flops": int(flops),
+            "bytes": float(nbytes), "tensor_parallel": cp.tp,
+            "parts_s": {"layers": float(layers), "attention": float(attention), "logits": float(logits),
+                        "framework_scale": float(scale), "framework_overhead": float(overhead)}}

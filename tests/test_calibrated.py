@@ -1,0 +1,307 @@
+"""The calibrated cost model and the measured link model (opt-in; the defaults stay the reference).
+
+Oracles: the kernel tables' own held-out measurements, direct sums of the measured kernels (the
+engine reads a tabulation of them), single-request runs whose timestamps are closed forms of the
+step costs, the published Splitwise/Mooncake/Vidur figures, and the plain-Python engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvcargo import SimConfig, catalog, simulate
+from kvcargo.calibrate import calibrate
+from kvcargo.calibrated import CalibratedPool, calibrated_pool, pj_scale
+from kvcargo.calibration_fit import builtin_constants, framework, parse_constants, read_splitwise
+from kvcargo.cli import main
+from kvcargo.cost import Pool
+from kvcargo.errors import KvcargoError
+from kvcargo.kernel_tables import builtin_arrays, from_arrays, load
+from kvcargo.linkmodel import layerwise_exposed, message_s, rate, read_send_recv
+from kvcargo.steps import step
+from kvcargo.validate import run as validate_run
+from kvcargo.validate_calibrated import merged_arrays, step_rows
+from kvcargo.workload import Workload
+
+CAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "calibration"
+needs_data = pytest.mark.skipif(not CAL.is_dir(), reason="shared/data/calibration not available")
+
+
+def _one_request(prompt: int, output: int) -> Workload:
+    return Workload(arrival=np.array([0.0]), prompt=np.array([prompt]), output=np.array([output]))
+
+
+# ------------------------------------------------------------------------- the step costs
+
+
+def test_engine_lookup_matches_direct_kernel_sum() -> None:
+    """The tabulated lookup the engine uses stays within 1% of summing the measured kernels."""
+    cat = catalog.builtin()
+    model, pool = cat.model("llama2-70b"), Pool(cat.device("h100"), 4)
+    cp = calibrated_pool(model, pool)
+    fw = framework("h100", 4)
+    for batch, prompt in ((1, 100), (3, 777), (8, 2048), (1, 30000)):
+        b = np.array([float(batch)])
+        direct = (cp.layer_tokens_s(b * prompt) + cp.logits_s(b * prompt)
+                  + cp.context_s(b, np.array([float(prompt)])))[0] * fw.prefill_scale + fw.prefill_overhead_s
+        got = step("llama2-70b", "h100", 4, "prefill", batch, prompt, "calibrated")["time_s"]
+        assert got == pytest.approx(direct, rel=0.01)
+    for batch, ctx in ((1, 10), (16, 2048), (200, 900)):
+        b = np.array([float(batch)])
+        direct = (cp.layer_tokens_s(b) + cp.logits_s(b) + cp.generation_s(b, np.array([ctx + 1.0])))[0]
+        got = step("llama2-70b", "h100", 4, "decode", batch, ctx, "calibrated")["time_s"]
+        assert got == pytest.approx(direct + fw.decode_overhead_s, rel=0.01)
+
+
+def test_single_request_timestamps_are_the_step_costs() -> None:
+    """One request alone: TTFT is one calibrated prefill step, decoding the sum of its decode
+    steps at contexts P+1 … P+O−1 (``kvcargo step`` is the oracle)."""
+    p, o = 1000, 6
+    r = simulate(SimConfig(cost_model="calibrated", model="llama3-8b"), workload=_one_request(p, o))
+    rq = r.requests()
+    assert rq["first_token"][0] == step("llama3-8b", "h100", 1, "prefill", 1, p, "calibrated")["time_s"]
+    steps = [step("llama3-8b", "h100", 1, "decode", 1, p + 1 + k, "calibrated")["time_s"] for k in range(o - 1)]
+    t = rq["decode_start"][0]
+    for s in steps:
+        t += s
+    assert rq["finish"][0] == t
+
+
+def test_held_out_kernel_shapes_meet_the_targets() -> None:
+    """Interpolation error on measurements the tables never saw: median ≤ 5%, p90 ≤ 15%."""
+    rows = [r for r in validate_run(["calibrated"]) if r.what.split(":")[0] in ("h100", "a100", "h200", "b200")]
+    assert len(rows) == 16  # per device: GEMMs, context and generation attention, whole steps
+    for r in rows:
+        assert r.status == "ok", (r.what, r.kvcargo)
+
+
+def test_held_out_models_step_times_meet_the_targets() -> None:
+    """Whole steps of Qwen2.5-7B/32B and Gemma-2-9B at TP 1–8 (dimensions and head configurations
+    held out of the tables) against the same steps from every measured kernel."""
+    merged = from_arrays(merged_arrays("h100"))
+    g = builtin_arrays("heldout_h100")["gemm"][::997]
+    for m, n, k, ms in g:
+        assert merged.gemm(np.array([m]), n, k)[0] == pytest.approx(ms * 1e-3, rel=1e-9)
+    rows = step_rows()
+    assert len(rows) == 4 and all(r.status == "ok" for r in rows)
+
+
+def test_tensor_parallel_splits_the_work() -> None:
+    """More devices: per-device GEMMs shrink, an all-reduce appears (none on one device)."""
+    cat = catalog.builtin()
+    m, dev = cat.model("llama2-70b"), cat.device("h100")
+    tables = load("h100")
+    one, eight = CalibratedPool(m, dev, 1, tables), CalibratedPool(m, dev, 8, tables)
+    assert (one.heads, one.kv_heads, eight.heads, eight.kv_heads) == (64, 8, 8, 1)
+    assert tables.all_reduce(1, np.array([1e6]))[0] == 0.0
+    assert tables.all_reduce(8, np.array([1e6]))[0] > 0.0
+    x = np.array([4096.0])
+    assert eight.layer_tokens_s(x)[0] < one.layer_tokens_s(x)[0] / 3
+
+
+def test_sliding_window_caps_the_attention() -> None:
+    """Mistral-7B with a 4,096-token window: decode attention at 32k context equals the full
+    model's at 4,096 tokens; below the window the two models cost the same."""
+    cat = catalog.builtin()
+    full, swa = cat.model("mistral-7b"), cat.model("mistral-7b-swa")
+    pool = Pool(cat.device("h100"))
+    a, b = calibrated_pool(full, pool), calibrated_pool(swa, pool)
+    w = float(swa.sliding_window)
+    one = np.array([1.0])
+    assert b.generation_s(one, np.array([8 * w]))[0] == pytest.approx(a.generation_s(one, np.array([w]))[0])
+    assert b.generation_s(one, np.array([w / 2]))[0] == a.generation_s(one, np.array([w / 2]))[0]
+    assert b.context_s(one, np.array([2 * w]))[0] == pytest.approx(a.context_s(one, np.array([2 * w]))[0] / 2)
+
+
+def test_power_is_consistent_with_the_calibrated_rate() -> None:
+    """Uncapped, a compute-bound calibrated prefill stays under the power budget (not throttled);
+    capped, it is stretched to energy / budget and its dynamic power is the budget."""
+    free = step("llama3-8b", "h100", 1, "prefill", 4, 2048, "calibrated")
+    pool = Pool(catalog.builtin().device("h100"))
+    assert free["energy_j"] / (free["time_s"] - free["parts_s"]["framework_overhead"]) < pool.dynamic_budget_w
+    tables = load("h100")
+    assert pj_scale(pool, tables) == pytest.approx(0.55 / (tables.peak_gemm_rate / 989e12))
+    capped = SimConfig(cost_model="calibrated", power_cap=250, requests=1)
+    r = simulate(capped, workload=_one_request(8192, 1))
+    e = r.output.stats[0, 3] + r.output.stats[0, 4]
+    overhead = framework("h100", 1).prefill_overhead_s
+    assert r.requests()["first_token"][0] - overhead == pytest.approx(e / (250 - 100))
+
+
+# ---------------------------------------------------------------------------- the link
+
+
+@needs_data
+def test_measured_link_follows_the_vidur_curve() -> None:
+    sizes, times = read_send_recv(CAL / "vidur-network" / "h100_dgx" / "send_recv.csv")
+    ndr = catalog.builtin().link("ib-ndr")
+    err = np.abs(message_s(ndr, sizes) / times - 1)
+    assert np.median(err) <= 0.10
+    frac = lambda n: n / float(message_s(ndr, n)) / ndr.bandwidth  # noqa: E731
+    assert frac(2**20) == pytest.approx(0.39, rel=0.2)
+    assert frac(64 * 2**20) == pytest.approx(0.72, rel=0.2)
+    assert float(message_s(ndr, 2048)) == pytest.approx(17e-6, rel=0.2)
+
+
+def test_measured_link_figures_within_20_percent() -> None:
+    checks = {r.what: r for r in validate_run(["calibrated"]) if "GB/s" in r.published or " ms" in r.published}
+    assert len(checks) == 4
+    for r in checks.values():
+        assert abs(r.rel_diff) <= 0.2, (r.what, r.kvcargo)
+
+
+def test_layerwise_exposed_counts_the_per_layer_cost() -> None:
+    ndr = catalog.builtin().link("ib-ndr")
+    tau = float(message_s(ndr, 80e6 / 80))
+    assert layerwise_exposed(ndr, 80e6, 1.0, 80) == pytest.approx(tau + 80 * 3.1 * 19.1e-6)
+    line = ndr.model_copy(update={"message_overhead_s": None, "efficiency": None})
+    assert rate(line) == line.bandwidth and float(message_s(line, 1e6)) == line.latency + 1e6 / line.bandwidth
+
+
+def test_measured_whole_transfer_is_one_message() -> None:
+    """A lone hand-off over ib-ndr holds the link overhead + bytes / (bandwidth · efficiency)."""
+    p = 2000
+    r = simulate(SimConfig(link_model="measured"), workload=_one_request(p, 4))
+    rq = r.requests()
+    ndr = catalog.builtin().link("ib-ndr")
+    kv = p * 131072
+    assert rq["kv_ready"][0] - rq["kv_start"][0] == pytest.approx(19.1e-6 + kv / (50e9 * 0.719), rel=1e-12)
+    assert ndr.efficiency == 0.719
+
+
+# ------------------------------------------------------------------ fitting and overlays
+
+
+@needs_data
+def test_splitwise_fit_meets_the_targets_in_sample() -> None:
+    rows = [r for r in validate_run(["calibrated"]) if "in-sample" in r.what]
+    assert len(rows) == 12
+    assert all(r.status == "ok" for r in rows)
+
+
+@needs_data
+def test_calibrate_overlay_reproduces_the_builtin_constants(tmp_path: Path) -> None:
+    text, reports = calibrate(steps=str(CAL / "splitwise" / "perf_model_fit.csv"))
+    out = tmp_path / "overlay.toml"
+    out.write_text(text)
+    cat = catalog.load([str(out)])
+    fitted = parse_constants({"h100": cat.device("h100").framework})
+    for tp in (2, 4, 8):
+        assert fitted[("h100", tp)] == builtin_constants()[("h100", tp)]
+    base = step("llama2-70b", "h100", 4, "decode", 4, 1000, "calibrated")["time_s"]
+    assert step("llama2-70b", "h100", 4, "decode", 4, 1000, "calibrated", catalog=(str(out),))["time_s"] == base
+    assert any(r.what.startswith("skipped: bloom-176b") for r in reports)
+    rows = read_splitwise(CAL / "splitwise" / "perf_model_fit.csv")
+    assert len([r for r in rows if r.model == "llama2-70b"]) == 2 * 60  # 6 (device, TP) × 10 shapes × 2 phases
+
+
+def test_calibrate_from_per_request_times_recovers_the_overheads(tmp_path: Path) -> None:
+    """TTFT/TPOT made from the model with known overheads: the fit finds them again."""
+    lines = ["model,device,tp,prompt,output,ttft_s,tpot_s,batch"]
+    for p, o, b in ((256, 64, 1), (1024, 128, 4), (3000, 200, 16), (600, 33, 8)):
+        pre = step("llama3-8b", "h100", 2, "prefill", 1, p, "calibrated", "last")["parts_s"]  # as the fit
+        k_pre = pre["layers"] + pre["attention"] + pre["logits"]
+        dec = step("llama3-8b", "h100", 2, "decode", b, int(p + o / 2), "calibrated")["parts_s"]
+        k_dec = dec["layers"] + dec["attention"] + dec["logits"]
+        lines.append(f"llama3-8b,h100,2,{p},{o},{1.3 * k_pre + 0.004!r},{k_dec + 0.002!r},{b}")
+    path = tmp_path / "bench.csv"
+    path.write_text("\n".join(lines) + "\n")
+    text, reports = calibrate(steps=str(path))
+    f = parse_constants({"h100": catalog.load([str(_write(tmp_path, text))]).device("h100").framework})[("h100", 2)]
+    assert f.prefill_scale == pytest.approx(1.3, rel=1e-3) and f.prefill_overhead_s == pytest.approx(0.004, rel=1e-2)
+    assert f.decode_overhead_s == pytest.approx(0.002, rel=1e-2)
+    assert all(r.median < 0.01 for r in reports)
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    out = tmp_path / "overlay.toml"
+    out.write_text(text)
+    return out
+
+
+def test_framework_interpolates_in_log_tp() -> None:
+    t = {("x", 2): parse_constants({"x": {"tp2": {"decode_overhead_s": 0.01}}})[("x", 2)],
+         ("x", 8): parse_constants({"x": {"tp8": {"decode_overhead_s": 0.03}}})[("x", 8)]}
+    assert framework("x", 4, t).decode_overhead_s == pytest.approx(0.02)
+    assert framework("x", 1, t).decode_overhead_s == pytest.approx(0.0)
+    assert framework("x", 16, t).decode_overhead_s == pytest.approx(0.04)
+    assert framework("y", 4, t).decode_overhead_s == 0.0
+
+
+# ----------------------------------------------------------------------- refusals and CLI
+
+
+@pytest.mark.parametrize("args, message", [
+    (["step", "--phase", "prefill", "--prompt", "10", "--model", "mixtral-8x7b", "--cost-model", "calibrated",
+      "--devices-per-instance", "2"], "mixture of experts"),
+    (["step", "--phase", "prefill", "--prompt", "10", "--device", "optical", "--cost-model", "calibrated"],
+     "measured kernel tables for"),
+    (["step", "--phase", "decode", "--prompt", "10"], "--phase decode takes --context"),
+    (["step", "--phase", "decode"], "needs --context"),
+    (["step", "--phase", "prefill", "--prompt", "0"], "--prompt must be"),
+    (["simulate", "--cost-model", "calibrated", "--dvfs"], "--dvfs"),
+    (["simulate", "--link-model", "measured", "--mode", "colocated"], "needs --mode disagg"),
+    (["simulate", "--cost-model", "calibrated", "--model", "mixtral-8x7b", "--devices-per-instance", "2"],
+     "mixture of experts"),
+    (["calibrate"], "give --steps"),
+    (["calibrate", "--import-aiconfigurator", "h100_sxm"], "go together"),
+    (["calibrate", "--import-aiconfigurator", "l40s", "--device", "h100", "--tables", "x.npz",
+      "--aiconfigurator-data", "."], "has no vLLM GEMM table"),
+])
+def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_non_bf16_models_are_refused(tmp_path: Path) -> None:
+    cat = tmp_path / "fp8.toml"
+    cat.write_text('[models.small-fp8]\nlayers = 2\nd_model = 1024\nheads = 8\nkv_heads = 8\nd_ff = 4096\n'
+                   'vocab = 32000\nweight_bytes = 1.0\n')
+    with pytest.raises(KvcargoError, match="bf16 kernel tables only"):
+        step("small-fp8", "h100", 1, "decode", 1, 10, "calibrated", catalog=(str(cat),))
+
+
+def test_step_json(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["step", "--phase", "decode", "--batch", "8", "--context", "512", "--json"])
+    r = json.loads(capsys.readouterr().out)
+    assert r["time_s"] == step("llama3-8b", "h100", 1, "decode", 8, 512)["time_s"]
+    assert r["energy_j"] == pytest.approx(r["compute_j"] + r["memory_j"])
+
+
+def test_calibrated_run_with_every_handoff_option() -> None:
+    """The calibrated and measured models compose with layer-wise sending, topologies, fair sharing,
+    reservation and codecs (every request finishes, costs differ from the roofline)."""
+    base = dict(requests=60, rate=4.0, cost_model="calibrated", link_model="measured")
+    for extra in ({"send": "layerwise"}, {"topology": "nic", "link_sharing": "fair"},
+                  {"topology": "nvlink-domain", "kv_reserve": "at-transfer"},
+                  {"kv_compress": "fp8", "kv_compress_at": "endpoint"}, {"mode": "colocated", "link_model": "line-rate"}):
+        s = simulate(SimConfig(**{**base, **extra})).summary
+        assert s["completed"] == 60, extra
+    assert simulate(requests=60).summary != simulate(requests=60, cost_model="calibrated").summary
+
+
+def test_compiled_and_plain_engines_agree_on_a_calibrated_run() -> None:
+    args = ["simulate", "--cost-model", "calibrated", "--link-model", "measured", "--send", "layerwise",
+            "--requests", "40", "--json", "--summary-only"]
+    code = "import sys; from kvcargo.cli import main; main(sys.argv[1:])"
+    outs = []
+    for jit in ("1", "0"):
+        env = {**os.environ, "KVCARGO_JIT": jit}
+        outs.append(subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
+                                   check=True).stdout)
+    assert outs[0] == outs[1]
+
+
+def test_unknown_cost_model_is_refused() -> None:
+    with pytest.raises(KvcargoError, match="--cost-model"):
+        SimConfig.build(cost_model="magic")
