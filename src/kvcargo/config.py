@@ -15,9 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from kvcargo import catalog as catalog_mod
 from kvcargo.catalog import Catalog, Link, Model
-from kvcargo.cost import LmHead, Pool, require_fit
-from kvcargo.errors import KvcargoError
+from kvcargo.cost import LmHead, Pool, model_coefficients, require_fit
+from kvcargo.errors import KvcargoError, shown
 from kvcargo.handoff import Compression
+from kvcargo.limits import REFERENCE_MAX_LENGTH, check_ranges, check_workload, number
 from kvcargo.workload import LengthDist, Workload, generate
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -67,11 +68,11 @@ class SimConfig(BaseModel):
     requests: Annotated[int, Field(ge=1, le=MAX_REQUESTS)] = 800
     """Number of requests."""
     prompt: Positive = 2048.0
-    """Mean prompt length, tokens."""
+    """Mean prompt length, tokens (at most --max-length)."""
     prompt_cv: NonNeg = 0.5
     """Coefficient of variation of prompt lengths (0: fixed)."""
     output: Positive = 256.0
-    """Mean output length, tokens."""
+    """Mean output length, tokens (at most --max-length)."""
     output_cv: NonNeg = 0.5
     """Coefficient of variation of output lengths (0: fixed)."""
     seed: int = 1
@@ -95,7 +96,8 @@ class SimConfig(BaseModel):
     dvfs: bool = False
     """Lower the compute clock on memory-bound steps."""
     workload_file: str | None = None
-    """Replay a trace (CSV, JSON rows, Mooncake JSONL, Azure 2023 CSV)."""
+    """Replay a trace (CSV, JSON rows, Mooncake JSONL, Azure 2023 CSV), or a built-in one by name
+    (kvcargo catalog traces: mooncake-conversation, azure-code-2023, ...)."""
     # Trace replay (with workload_file); see kvcargo.workload.traces.
     time_scale: Positive | None = None
     """Multiply the trace's arrival times by this (0.5 replays twice as fast)."""
@@ -169,6 +171,33 @@ class SimConfig(BaseModel):
             raise ValueError("--link-model shapes the hand-off: it needs --mode disagg")
         return self
 
+    max_length: int = REFERENCE_MAX_LENGTH
+    """Generated prompt and output lengths are clipped to [1, N] tokens (the reference generator's
+    32,768); a larger N is an opt-in beyond the reference."""
+
+    @model_validator(mode="after")
+    def _check_ranges(self) -> SimConfig:
+        check_ranges(self.__dict__)
+        if self.workload_file is None:
+            for flag, mean in (("--prompt", self.prompt), ("--output", self.output)):
+                if mean > self.max_length:
+                    raise ValueError(f"{flag} {number(mean)} is above {self.max_length:,} tokens, where the generator "
+                                     "clips every length (reference-semantics §6.1); raise the clip with "
+                                     "--max-length")
+        else:
+            generated = ("requests", "prompt", "prompt_cv", "output", "output_cv", "seed", "max_length")
+            ignored = [f for f in generated if getattr(self, f) != SimConfig.model_fields[f].default]
+            if ignored:
+                raise ValueError(f"--{ignored[0].replace('_', '-')} applies only to generated workloads, not to a "
+                                 "trace (--workload-file; --limit, --window and --time-scale select and pace one)")
+        if self.kv_ratio is not None and self.kv_compress is None:
+            raise ValueError("--kv-ratio needs the ratio codec: add --kv-compress ratio")
+        for flag, value, default, needs in (("--nics-per-instance", self.nics_per_instance, 1, "nic"),
+                                            ("--domain-size", self.domain_size, 8, "nvlink-domain")):
+            if value != default and self.topology != needs:
+                raise ValueError(f"{flag} applies only to --topology {needs}")
+        return self
+
     # Model families beyond attention (levers-mixers; see kvcargo.mixers, kvcargo.ced, kvcargo.optical).
     ced_encoder_layers: Annotated[int, Field(ge=0)] | None = None
     """Causal encoder-decoder: the bottom E layers run only at prefill (default: the model's; 0: off)."""
@@ -238,8 +267,8 @@ def describe(exc: ValidationError) -> str:
     if err["type"] == "extra_forbidden":
         return f"unknown parameter {flag}"
     value = err.get("input")
-    shown = f" (got {value!r})" if value is not None and not isinstance(value, dict) else ""
-    return f"invalid {flag}{shown}: {msg}"
+    got = f" (got {shown(value)})" if value is not None and not isinstance(value, dict) else ""
+    return f"invalid {flag}{got}: {msg}"
 
 
 @dataclass(frozen=True)
@@ -304,6 +333,7 @@ def resolve(config: SimConfig, workload: Workload | None = None) -> Resolved:
             compression = None  # nothing to do on the GPU, and no in-transit stage either
     if workload is None:
         workload = load_workload(c)
+    check_workload(model.key, model_coefficients(model)[0], workload, c.token_budget)
     if c.decode_prefix_cache and workload.block_ids is None:
         raise KvcargoError("--decode-prefix-cache needs prompt block ids: replay a trace that has them "
                            "(Mooncake's hash_ids) with --workload-file")
@@ -326,7 +356,8 @@ def load_workload(config: SimConfig) -> Workload:
         return transform(trace, time_scale=c.time_scale, rate=c.rate, limit=c.limit, window=c.window)
     return generate(
         config.requests, config.arrival_rate,
-        LengthDist(config.prompt, config.prompt_cv), LengthDist(config.output, config.output_cv),
+        LengthDist(config.prompt, config.prompt_cv, hi=config.max_length),
+        LengthDist(config.output, config.output_cv, hi=config.max_length),
         config.seed,
     )
 

@@ -20,8 +20,9 @@ import numpy as np
 
 from kvcargo.catalog import Catalog, Codec, Link, Model
 from kvcargo.ced import encoder_resident_bytes, replay_on_decode
-from kvcargo.cost import Pool, prefill_step, require_fit, shape
+from kvcargo.cost import Pool, model_coefficients, prefill_step, require_fit, shape
 from kvcargo.errors import KvcargoError
+from kvcargo.limits import check_ranges, max_step_tokens, step_token_error
 from kvcargo.stepcost import ATTENTION, step_class
 from kvcargo.stepcost import prefill_step as mixer_prefill_step
 
@@ -225,6 +226,9 @@ def calculate(model: Model, prompt: int, link: Link, pool: Pool, compression: Co
     """Hand-off size, wire bytes, transfer, prefill, exposed time and link saturation rate."""
     if not isinstance(prompt, int) or isinstance(prompt, bool) or prompt <= 0:
         raise KvcargoError(f"prompt must be a positive whole number of tokens, got {prompt!r}")
+    limit = max_step_tokens(model_coefficients(model)[0])
+    if prompt > limit:
+        raise step_token_error(model.key, "--prompt", prompt, limit)
     require_fit(model, pool, "prefill", encoder_resident_bytes(model) if replay_on_decode(model) else None)
     s = shape(model)
     kv = s.handoff_bytes(prompt)
@@ -266,6 +270,10 @@ def calculate_keys(cat: Catalog, model: str, prompt: int, link: str, kv_compress
                    device: str = "h100", devices_per_instance: int = 1) -> tuple[HandoffResult, Model, Link, Pool]:
     """The calculator from catalog keys (what the CLI and the web API take): the result and the
     model, link and prefill pool it was computed for."""
+    if kv_compress is None and (kv_keep is not None or kv_ratio is not None):
+        raise KvcargoError(f"--kv-{'keep' if kv_keep is not None else 'ratio'} needs a codec: add --kv-compress "
+                           f"{'freq-keep-k' if kv_keep is not None else 'ratio'}")
+    check_ranges({"kv_keep": kv_keep, "kv_ratio": kv_ratio, "devices_per_instance": devices_per_instance})
     m, ln = cat.model(model), cat.link(link)
     pool = Pool(cat.device(device), devices_per_instance)
     codec = Compression(cat.codec(kv_compress), "transit", kv_keep, kv_ratio) if kv_compress else None

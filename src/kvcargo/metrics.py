@@ -197,6 +197,9 @@ def summarize(out: EngineOutput) -> dict[str, Any]:
     latency = out.finish[done] - out.arrival[done]
     s["littles_population"] = exact_sum(latency) / H if H > 0 else math.nan
     s["littles_expected"] = s["req_per_s"] * exact_mean(latency)
+    s["link_gbytes_per_s"] = s["link_gbps"]  # GB/s (bytes, not bits); "link_gbps" stays as a deprecated alias
+    s["clipped_prompts"] = res.workload.clipped_prompts
+    s["clipped_outputs"] = res.workload.clipped_outputs
     return s
 
 

@@ -21,6 +21,7 @@ from kvcargo.config import SimConfig, resolve
 from kvcargo.engine.cluster import EngineOutput, run
 from kvcargo.engine.state import REJECTED
 from kvcargo.metrics import summarize
+from kvcargo.outputs import atomic_path
 from kvcargo.workload import Workload
 
 REQUEST_COLUMNS = ("rid", "arrival", "prompt_len", "output_len", "prefill_start", "first_token",
@@ -63,7 +64,7 @@ class SimResult:
         the first token comes from the decode side, a last column ``prefill_done``."""
         cols = self.requests()
         names = REQUEST_COLUMNS + (("prefill_done",) if "prefill_done" in cols else ())
-        with open(path, "w", newline="", encoding="utf-8") as fh:
+        with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
             w.writerow(names)
             data = [cols[c].tolist() for c in names]

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from kvcargo.cli.options import config_from, sim_options
+from kvcargo.outputs import check_output
 
 
 def jsonable(x: Any) -> Any:
@@ -39,6 +40,9 @@ def command(as_json: bool, requests_csv: str | None, trace_file: str | None, sum
 
     if summary_only and (requests_csv or trace_file):
         raise click.UsageError("--summary-only keeps no per-request records: drop --requests-csv/--trace")
+    for flag, path, suffixes in (("--requests-csv", requests_csv, (".csv",)), ("--trace", trace_file, (".json",))):
+        if path:
+            check_output(path, flag, suffixes)
     config = config_from(params)
     result = simulate(config)
     if requests_csv:

@@ -17,6 +17,7 @@ from kvcargo.catalog import Link
 from kvcargo.ced import replay_on_decode
 from kvcargo.config import Resolved
 from kvcargo.cost import HF_OVERHEAD, kv_capacity, model_coefficients, shape
+from kvcargo.engine import aot
 from kvcargo.engine import state as S
 from kvcargo.engine.loop import run_events
 from kvcargo.engine.state import Params, by_reference, grown, new_state
@@ -215,6 +216,7 @@ def run(res: Resolved) -> EngineOutput:
                    int(params.ints[S.P_GROUPS]), bool(params.ints[S.P_FAIR]), log_capacity=guess,
                    n_blocks=int(params.blocks.max()) + 1 if params.ints[S.P_PREFIX] else 0,
                    extra=len(params.rx) == n or bool(params.ints[S.P_REPLAY_DECODE]))
+    aot.prepare(n * int(params.ints[S.P_GROUPS]))
     pr = by_reference(params)
     while (code := run_events(by_reference(st), pr)) != S.FINISHED:
         st = grown(st, code)

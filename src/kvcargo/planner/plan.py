@@ -40,6 +40,7 @@ from kvcargo.planner.capacity import (
     ceilings,
     check_target,
 )
+from kvcargo.report.text import count
 
 CostKind = Literal["gpus", "usd", "power"]
 COST_KINDS: tuple[str, ...] = ("gpus", "usd", "power")
@@ -85,7 +86,7 @@ class Budget:
     def describe(self) -> str:
         parts = []
         if self.gpus is not None:
-            parts.append(f"{self.gpus} GPUs")
+            parts.append(count(self.gpus, "GPU"))
         if self.usd is not None:
             parts.append(f"${self.usd:,.0f}")
         if self.power_w is not None:
@@ -398,10 +399,11 @@ def impossible(base: SimConfig, space: Space, budget: Budget) -> KvcargoError:
         return KvcargoError(f"impossible budget ({budget.describe()}): the search space is empty "
                             "(no devices per instance fit the model; give --tp)")
     need = []
-    for kind, fmt in (("gpus", "{:.0f} GPUs"), ("usd", "${:,.0f}"), ("power", "{:,.0f} W")):
+    for kind, fmt in (("gpus", lambda x: count(round(x), "GPU")), ("usd", "${:,.0f}".format),
+                      ("power", "{:,.0f} W".format)):
         lowest = min(c.cost(kind) for c in cands)  # type: ignore[arg-type]
         if math.isfinite(lowest):
-            need.append(fmt.format(lowest))
+            need.append(fmt(lowest))
     return KvcargoError(f"impossible budget ({budget.describe()}): the smallest configuration searched "
                         f"({cands[0].label}) needs {', '.join(need)}")
 
@@ -519,7 +521,7 @@ def plan(base: SimConfig, budget: Budget, space: Space, *, target_rate: float | 
                                                               "--requests for steady-state numbers"))
     longer = sum(1 for c in done if c.config.requests != base.requests)
     if longer:
-        notes.append(f"{longer} candidates were searched with more than {base.requests} requests to reach a "
+        notes.append(f"{count(longer, 'candidate')} {'was' if longer == 1 else 'were'} searched with more than {base.requests} requests to reach a "
                      "steady state (their commands say how many)")
     front = pareto_front(done, cost)
     for c in front:

@@ -78,6 +78,8 @@ def trace_events(result: SimResult) -> list[dict[str, Any]]:
 
 def write_trace(result: SimResult, path: str | Path) -> None:
     """Write the trace as JSON (``{"traceEvents": [...]}``)."""
-    with open(path, "w", encoding="utf-8") as fh:
+    from kvcargo.outputs import atomic_path
+
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         json.dump({"traceEvents": trace_events(result), "displayTimeUnit": "ms",
                    "otherData": {"kvcargo": result.config.model_dump()}}, fh)

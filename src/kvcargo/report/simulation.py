@@ -6,7 +6,7 @@ from typing import Any
 
 from kvcargo.config import DEFAULT_RATE
 from kvcargo.metrics import STAGES
-from kvcargo.report.text import bytes_, ms, pct, seconds, table
+from kvcargo.report.text import bytes_, count, ms, pct, seconds, table
 
 
 def describe_config(c: dict[str, Any], with_rate: bool = True) -> str:
@@ -34,6 +34,9 @@ def render(config: dict[str, Any], s: dict[str, Any]) -> str:
                + (f" ({s['rejected']:,} rejected: KV never fits)" if s["rejected"] else "")
                + f" in {seconds(s['horizon_s'])} simulated; latency over {s['steady_requests']:,} "
                "steady requests (first 10% are warm-up)")
+    if s.get("clipped_prompts") or s.get("clipped_outputs"):
+        out.append(f"the generator clipped {count(s['clipped_prompts'], 'prompt length')} and "
+                   f"{count(s['clipped_outputs'], 'output length')} to [1, {config['max_length']:,}] tokens")
     out += ["", "Latency (ms)"]
     rows = []
     for key, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"), ("handoff", "hand-off")):
@@ -42,7 +45,9 @@ def render(config: dict[str, Any], s: dict[str, Any]) -> str:
     out += ["", "Throughput and SLOs",
             (f"  output {s['output_tok_per_s']:,.1f} tok/s, {s['req_per_s']:.2f} req/s; "
             f"SLO met {pct(s['slo_attainment'])} (TTFT ≤ {config['ttft_slo']:g} s, TPOT ≤ "
-            f"{config['tpot_slo'] * 1e3:g} ms); goodput {s['goodput_rps']:.2f} req/s")]
+            f"{config['tpot_slo'] * 1e3:g} ms); goodput {s['goodput_rps']:.2f} req/s"),
+            "  (goodput: steady requests inside both SLOs per second of their arrival window; the req/s "
+            "above spread every request over the whole run, drain included, so goodput can be higher)"]
     out += ["", "Utilisation"]
     rows = [[r["name"], f"{r['devices']}× {r['device']}", pct(r["busy"], 0), pct(r["mfu"], 0), pct(r["mbu"], 0),
              f"{r['mean_batch']:.1f}", f"{r['avg_power_w']:,.0f} W"] for r in s["instances"]]
@@ -52,7 +57,7 @@ def render(config: dict[str, Any], s: dict[str, Any]) -> str:
     if s["transfers"]:
         out += ["", "KV hand-off",
                 (f"  {s['transfers']:,} transfers, {bytes_(s['link_bytes'])} on the wire "
-                f"({s['link_gbps']:.2f} GB/s), mean wait for the link {seconds(s['link_mean_wait_s'])}"),
+                f"({s['link_gbytes_per_s']:.2f} GB/s), mean wait for the link {seconds(s['link_mean_wait_s'])}"),
                 f"  hand-off p99 {seconds(s['handoff_p99'])}; link energy {s['link_j_per_request']:.4f} J per request"
                 + (f"; transit-bound {pct(s['transit_bound_share'])}" if config["kv_compress"] else "")]
     out += ["", "Efficiency",

@@ -19,7 +19,7 @@ from kvcargo.cli import handoff as handoff_cli
 from kvcargo.cli.simulate import jsonable
 from kvcargo.config import SimConfig, describe
 from kvcargo.cost import Pool
-from kvcargo.errors import KvcargoError
+from kvcargo.errors import KvcargoError, clip
 from kvcargo.handoff import HandoffResult, calculate_keys
 from kvcargo.report.text import ms, pct
 
@@ -35,7 +35,7 @@ SIM_LIMITS: dict[str, float] = {
     "prefill": 64, "decode": 64, "instances": 128, "link_channels": 64,
     "devices_per_instance": 64, "prefill_devices_per_instance": 64, "decode_devices_per_instance": 64,
     "prompt": 1_048_576, "output": 65_536, "max_batch": 4096, "token_budget": 1_048_576,
-    "layer_groups": 256, "nics_per_instance": 64, "domain_size": 1024,
+    "layer_groups": 256, "nics_per_instance": 64, "domain_size": 1024, "max_length": 1_048_576,
 }
 SERVER_ONLY = ("catalog", "workload_file")
 """SimConfig fields that name files on the server: not accepted from a web client."""
@@ -113,11 +113,15 @@ def check_simulation(body: Mapping[str, Any], max_requests: int, catalog_files: 
             raise KvcargoError(f"--{key.replace('_', '-')} names a file on the server: not accepted by the web API")
     for key in body:
         if key not in SimConfig.model_fields:
-            raise KvcargoError(f"unknown parameter --{str(key).replace('_', '-')}")
-    config = SimConfig.build(**body)
-    if config.requests > max_requests:
-        raise KvcargoError(f"invalid --requests (got {config.requests}): at most {max_requests:,} per run "
+            raise KvcargoError(f"unknown parameter {clip('--' + str(key).replace('_', '-'))}")
+    requests = body.get("requests")
+    if isinstance(requests, int) and not isinstance(requests, bool) and requests > max_requests:
+        raise KvcargoError(f"invalid --requests (got {requests}): at most {max_requests:,} per run "
                            "in the web API (kvcargo ui --max-requests)")
+    try:  # strict: JSON true is not 1, "9" is not 9
+        config = SimConfig.model_validate(dict(body), strict=True)
+    except ValidationError as exc:
+        raise KvcargoError(describe(exc)) from None
     for key, limit in SIM_LIMITS.items():
         value = getattr(config, key)
         if value is not None and value > limit:
