@@ -419,3 +419,13 @@ def test_catalog_validates_the_engine_table(tmp_path: Path) -> None:
                     "ft_engine = { mask_rate_hz = 0 }\n")
     with pytest.raises(KvcargoError, match="ft_engine.mask_rate_hz"):
         CAT.extended(path)
+
+
+def test_step_command_prices_the_family_step_classes() -> None:
+    """``kvcargo step`` charges what the engine charges: the mixer's step, not a transformer's."""
+    from kvcargo.steps import step_cost
+
+    assert step_cost(model(HYENA), H100, "decode", 1, 2049)["time_s"] == 0.007102510519402985
+    assert step_cost(model(HYBRID), H100, "prefill", 1, 2048)["time_s"] == 0.062165146129813394
+    engine = step_cost(model(HYENA), Pool(CAT.device("optical-fft")), "prefill", 1, 2048)
+    assert (engine["time_s"], engine["bound"]) == (0.35835624250293413, "optical")
