@@ -154,7 +154,7 @@ def _fft_prefill(xi, xf, hf, ehf, eo, tokens, quad, n, xflops, xmask):
         flops = _effective(digital, opt, xf[XF_FFT_EFF])
         dt, e_c, e_m = _roofline(hf, flops, nbytes)
         return dt, flops, nbytes, e_c, e_m, 0.0, 0.0, False
-    conv = int(eo[EO_CONV_T]) * tokens
+    conv = eo[EO_CONV_T] * tokens  # sample pairs: exact below 2^53, no integer overflow at any ENOB
     mask_values = int(eo[EO_MASK_VALUES])
     rewrites = -(-(xi[XI_SPECTRUM] * spectra + xi[XI_CIRC_MASK]) // mask_values)
     t_opt = conv / eo[EO_SAMPLES] + rewrites / eo[EO_MASK_RATE]
