@@ -480,7 +480,7 @@ def _one_line_error(r, status: int, expected: str) -> None:
     body = r.json()
     assert set(body) <= {"error", "field"} and "\n" not in body["error"], body
     assert expected in body["error"], body
-    assert len(body["error"]) < 400
+    assert len(body["error"]) < 600  # one line: an unknown key lists every valid choice
 
 
 @pytest.mark.parametrize("body, status, expected", WEB_SIMULATE_CASES, ids=[str(b)[:50] for b, _, _ in WEB_SIMULATE_CASES])

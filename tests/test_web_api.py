@@ -157,6 +157,8 @@ SIM_CASES = [
     {"mode": "colocated", "rate": 6, "requests": 400},
     {"model": "mistral-7b", "prefill": 2, "decode": 3, "link": "eth-100g", "link_channels": 2, "prompt": 4000,
      "output": 128, "kv_compress": "freq-keep-k", "kv_keep": 0.2},
+    {"model": "llama3-8b-hyena-dist", "prefill_device": "optical-fft", "ft_enob": 10, "requests": 200},
+    {"model": "llama3-8b-ced", "ced_replay_on": "decode", "ced_replay": 64, "requests": 200},
 ]
 
 
@@ -255,6 +257,8 @@ def test_interval_series_is_exact() -> None:
     ({"workload_file": "/etc/passwd"}, 422, "--workload-file names a file on the server: not accepted by the web API"),
     ({"catalog": ["/etc/passwd"]}, 422, "--catalog names a file on the server: not accepted by the web API"),
     ({"bogus": 1}, 422, "unknown parameter --bogus"),
+    ({"fft_efficiency": 0.5}, 422, "--fft-efficiency applies only to FFT-mixing models"),
+    ({"model": "llama3-8b-ced", "mode": "colocated", "ced_replay_on": "decode"}, 422, "--ced-replay-on decode"),
     ([1, 2], 400, "the body must be a JSON object of simulation parameters"),
 ])
 def test_simulate_validation(client: TestClient, body: object, status: int, message: str) -> None:

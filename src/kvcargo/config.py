@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from kvcargo import catalog as catalog_mod
 from kvcargo.catalog import Catalog, Link, Model
-from kvcargo.cost import LmHead, Pool, model_coefficients
+from kvcargo.cost import LmHead, Pool, model_coefficients, require_fit
 from kvcargo.errors import KvcargoError, shown
 from kvcargo.formats import require_units
 from kvcargo.handoff import Compression
@@ -323,6 +323,28 @@ class SimConfig(BaseModel):
                 raise ValueError(f"{flag} applies only to --topology {needs}")
         return self
 
+    # Model families beyond attention (levers-mixers; see kvcargo.mixers, kvcargo.ced, kvcargo.optical).
+    ced_encoder_layers: Annotated[int, Field(ge=0)] | None = None
+    """Causal encoder-decoder: the bottom E layers run only at prefill (default: the model's; 0: off)."""
+    ced_replay: Count | None = None
+    """CED: prompt tokens replayed through the decoder layers (default: the model's, 128)."""
+    ced_replay_on: Literal["prefill", "decode"] | None = None
+    """CED: the pool that runs the replay; decode stamps the first token there (default: the model's)."""
+    fft_efficiency: Positive | None = None
+    """FFT-mixing models: fraction of the matmul rate a digital device reaches on FFT work (default 1)."""
+    ft_enob: int | None = None
+    """Optical transform engine: converter ENOB (default: the device's, 8)."""
+    ft_static_w: NonNeg | None = None
+    """Optical transform engine: laser + tuning power per device, W (default: the device's, 20)."""
+    ft_mask_rate: Positive | None = None
+    """Optical transform engine: mask rewrites per second (default: the device's, 1031)."""
+    ft_samples_per_s: Positive | None = None
+    """Optical transform engine: converter samples per second (default: the device's, 1e12)."""
+    ft_detection: Literal["coherent", "intensity"] | None = None
+    """Optical transform engine: detection (intensity doubles the passes; default coherent)."""
+    ft_overlap: bool = False
+    """Optical transform engine: overlap optical and digital time instead of adding them."""
+
     @model_validator(mode="after")
     def _check(self) -> SimConfig:
         if self.mode == "colocated" and self.kv_compress is not None:
@@ -407,13 +429,14 @@ class Resolved:
 
 def resolve(config: SimConfig, workload: Workload | None = None) -> Resolved:
     """Look everything up in the catalog, build the pools and the request stream."""
+    from kvcargo.families import effective_device, effective_model, prefill_resident_bytes
     from kvcargo.serving import with_preset_slos
 
     config = with_preset_slos(config)
     cat = catalog_mod.load(config.catalog)
-    model = lever_model(config, cat.model(config.model))
-    cat.device(config.device)
     c = config
+    model = effective_model(lever_model(c, cat.model(c.model)), c)
+    cat.device(config.device)
     if c.mode == "colocated":
         require_units(cat.device(c.device), c.compute_format, "colocated")
         pool = colocated_pool(c, cat)
@@ -423,15 +446,16 @@ def resolve(config: SimConfig, workload: Workload | None = None) -> Resolved:
         for role, key in (("prefill", c.prefill_device), ("decode", c.decode_device)):
             require_units(cat.device(key or c.device), c.compute_format, role)
         prefill_pool = Pool(
-            cat.device(c.prefill_device or c.device),
+            effective_device(cat.device(c.prefill_device or c.device), c),
             c.prefill_devices_per_instance or c.devices_per_instance,
             _cap(c.power_cap, c.prefill_power_cap), c.dvfs, c.compute_format,
         )
         decode_pool = Pool(
-            cat.device(c.decode_device or c.device),
+            effective_device(cat.device(c.decode_device or c.device), c),
             c.decode_devices_per_instance or c.devices_per_instance,
             _cap(c.power_cap, c.decode_power_cap), c.dvfs, c.compute_format,
         )
+        require_fit(model, prefill_pool, "prefill", prefill_resident_bytes(model))
         levers = resolve_levers(c, cat, model, {"prefill": prefill_pool, "decode": decode_pool})
     kvcap = levers.decode.kv_capacity
     link = cat.link(c.link)
@@ -448,8 +472,12 @@ def resolve(config: SimConfig, workload: Workload | None = None) -> Resolved:
     if c.decode_prefix_cache and workload.block_ids is None:
         raise KvcargoError("--decode-prefix-cache needs prompt block ids: replay a trace that has them "
                            "(Mooncake's hash_ids) with --workload-file")
-    return Resolved(c, cat, model, prefill_pool, decode_pool, link, c.link_channels or link.channels,
-                    compression, workload, kvcap, levers)
+    res = Resolved(c, cat, model, prefill_pool, decode_pool, link, c.link_channels or link.channels,
+                   compression, workload, kvcap, levers)
+    from kvcargo.families import check_levers
+
+    check_levers(res)
+    return res
 
 
 def load_workload(config: SimConfig) -> Workload:
@@ -476,8 +504,10 @@ def load_workload(config: SimConfig) -> Workload:
 
 def colocated_pool(config: SimConfig, cat: Catalog) -> Pool:
     """The hardware of one colocated instance (``--device``, the global power cap)."""
-    return Pool(cat.device(config.device), config.devices_per_instance, config.power_cap, config.dvfs,
-                config.compute_format)
+    from kvcargo.families import effective_device
+
+    return Pool(effective_device(cat.device(config.device), config), config.devices_per_instance,
+                config.power_cap, config.dvfs, config.compute_format)
 
 
 def _cap(global_cap: float | None, pool_cap: float | None) -> float | None:

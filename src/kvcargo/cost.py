@@ -64,11 +64,17 @@ class Shape:
     """Sliding window of the windowed layers (tokens); ``None``: full attention everywhere."""
     window_kv_per_token: int = 0
     """The part of ``kv_per_token`` held by the windowed layers (capped at ``window`` tokens)."""
+    state_bytes: int = 0
+    """A constant per-sequence state (distilled Hyena decode, :mod:`kvcargo.mixers`): it is the
+    whole hand-off and the unit of decode admission and capacity. 0: none."""
 
     def handoff_bytes(self, prompt_tokens: int | np.ndarray) -> int | np.ndarray:
         """Bytes handed from prefill to decode for a prompt (a whole number or an integer array):
         ``s · KV_tok``; with sliding-window layers, those layers hand off ``min(s, window)``
-        tokens each."""
+        tokens each; a constant state whatever the prompt."""
+        if self.state_bytes:
+            return np.full_like(prompt_tokens, self.state_bytes) if isinstance(prompt_tokens, np.ndarray) \
+                else self.state_bytes
         if self.window is None:
             return prompt_tokens * self.kv_per_token
         full = self.kv_per_token - self.window_kv_per_token
@@ -117,6 +123,8 @@ def attention_params(model: Model) -> int:
 @cache
 def shape(model: Model) -> Shape:
     """Parameter counts and KV bytes per token of a model."""
+    if model.mixer != "attention":
+        return _mixing_shape(model)
     d = model.d_model
     attn = attention_params(model)
     mlp = 3 * d * model.d_ff
@@ -159,6 +167,20 @@ def shape(model: Model) -> Shape:
         window=window,
         window_kv_per_token=window_kv,
     )
+
+
+def _mixing_shape(model: Model) -> Shape:
+    """An FFT-mixing model's counts (levers-mixers §1.2–§1.3): attention and Hyena layers."""
+    from kvcargo.mixers import mixing
+
+    mx = mixing(model)
+    p_layers = mx.attention_layers * mx.p_att + mx.hyena_layers * mx.p_hy
+    p_total = p_layers + 2 * model.vocab * model.d_model
+    p_mm = p_layers + model.vocab * model.d_model
+    return Shape(model=model, p_layer=mx.p_hy, p_layers=p_layers, p_total=p_total, p_mm=p_mm,
+                 w_res=p_total * model.weight_bytes, w_str=p_mm * model.weight_bytes,
+                 row_bytes=model.d_model * model.weight_bytes, kv_per_token=mx.kv_per_token,
+                 state_bytes=mx.state_bytes)
 
 
 # ---------------------------------------------------------------- packed coefficients (kernels)
@@ -415,26 +437,27 @@ class Pool:
         return hf
 
 
-def kv_capacity(model: Model, pool: Pool) -> int:
+def kv_capacity(model: Model, pool: Pool, w_res: float | None = None) -> int:
     """KV tokens that fit in one instance after the weights: ``floor((cap·n·0.9 − W_res)/KV_tok)``
     (§2.2). An MLA latent is not split by tensor parallelism: each of the n devices keeps it, so
-    a token costs ``n·KV_tok`` there.
+    a token costs ``n·KV_tok`` there. A model with a constant state counts whole sequences.
+    ``w_res``: resident weight bytes when the instance holds only part of the model.
 
     Returns a non-positive number when the model does not fit (see :func:`require_fit`).
     """
     s = shape(model)
-    free = pool.device.capacity * pool.n * HBM_USABLE - s.w_res
+    free = pool.device.capacity * pool.n * HBM_USABLE - (s.w_res if w_res is None else w_res)
     if free <= 0:
         return 0
     per_token = s.kv_per_token * pool.n if model.kv_layout == "mla" else s.kv_per_token
-    return math.floor(free / per_token)
+    return math.floor(free / (s.state_bytes or per_token))
 
 
-def require_fit(model: Model, pool: Pool, role: str) -> int:
+def require_fit(model: Model, pool: Pool, role: str, w_res: float | None = None) -> int:
     """KV capacity of an instance, or a clear error when the model does not fit it."""
-    cap = kv_capacity(model, pool)
+    cap = kv_capacity(model, pool, w_res)
     if cap <= 0:
-        need = shape(model).w_res / (pool.device.capacity * HBM_USABLE)
+        need = (shape(model).w_res if w_res is None else w_res) / (pool.device.capacity * HBM_USABLE)
         raise KvcargoError(
             f"{model.name} does not fit the {role} pool ({pool.n}x {pool.device.key}, "
             f"{pool.memory / 1e9:g} GB): its weights need at least {math.ceil(need)} devices "
@@ -462,15 +485,17 @@ class StepCost:
         return self.compute_j + self.memory_j
 
 
-def _step(pool: Pool, flops: int, nbytes: float) -> StepCost:
-    hf = pool.coefficients()
-    t, e_c, e_m = roofline(hf, flops, nbytes)
+def step_bound(pool: Pool, flops: float, nbytes: float, t: float) -> str:
+    """What bound a step of time ``t`` (overhead included): power, compute or memory."""
     t_c, t_m = flops / pool.flop_rate, nbytes / pool.byte_rate
-    if t - hf[HF_OVERHEAD] > max(t_c, t_m) * (1 + 1e-9):
-        bound = "power"
-    else:
-        bound = "compute" if t_c >= t_m else "memory"
-    return StepCost(int(flops), float(nbytes), float(t), float(e_c), float(e_m), bound)
+    if t - STEP_OVERHEAD_S > max(t_c, t_m) * (1 + 1e-9):
+        return "power"
+    return "compute" if t_c >= t_m else "memory"
+
+
+def _step(pool: Pool, flops: int, nbytes: float) -> StepCost:
+    t, e_c, e_m = roofline(pool.coefficients(), flops, nbytes)
+    return StepCost(int(flops), float(nbytes), float(t), float(e_c), float(e_m), step_bound(pool, flops, nbytes, t))
 
 
 def prefill_step(model: Model, pool: Pool, prompts: list[int], lm_head: LmHead = "all") -> StepCost:
@@ -506,9 +531,18 @@ def silicon_cost_usd(device: Device) -> float | None:
 
     ``None`` when the catalog gives no die area for the device.
     """
-    area = device.die_mm2
-    if area is None:
+    from kvcargo.optical import die_areas
+
+    areas = die_areas(device)
+    if not areas:
         return None
+    total = 0.0
+    for area in areas:  # a device with an optical engine also has a photonic die
+        total += _die_cost_usd(area)
+    return total
+
+
+def _die_cost_usd(area: float) -> float:
     r = WAFER_DIAMETER_MM / 2
     dies = math.floor(math.pi * r * r / area - math.pi * WAFER_DIAMETER_MM / math.sqrt(2 * area))
     x = area / 100 * DEFECTS_PER_CM2

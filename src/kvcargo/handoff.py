@@ -19,11 +19,14 @@ from typing import Literal
 import numpy as np
 
 from kvcargo.catalog import Catalog, Codec, Link, Model
+from kvcargo.ced import encoder_resident_bytes, replay_on_decode
 from kvcargo.cost import Pool, model_coefficients, prefill_step, require_fit, shape
 from kvcargo.errors import KvcargoError
 from kvcargo.formats import is_default, require_units, with_formats
 from kvcargo.limits import check_ranges, max_step_tokens, step_token_error
 from kvcargo.speculative import draft_prefill_time, make_draft
+from kvcargo.stepcost import ATTENTION, step_class
+from kvcargo.stepcost import prefill_step as mixer_prefill_step
 
 Placement = Literal["transit", "endpoint"]
 SendMode = Literal["whole", "layerwise"]
@@ -187,6 +190,11 @@ class HandoffResult:
     kv_bytes_per_token: int
     kv_bytes: int
     """What crosses: the prompt's KV in its storage format (and a speculative draft's)."""
+    state_bytes: int
+    """A constant per-sequence state handed off instead of a per-token cache (0: none)."""
+    handoff_kind: str
+    """What is handed off: ``kv`` (attention K/V), ``kv+conv`` (hybrid: K/V and the Hyena
+    layers' convolution inputs), ``conv`` (Hyena's convolution inputs) or ``state``."""
     wire_bytes: float
     ratio: float
     bandwidth: float
@@ -215,6 +223,15 @@ def exposed_after_prefill(latency: float, wire_s: float, prefill_s: float, layer
     return latency + max(wire_s / layers, wire_s - (prefill_s * (layers - 1)) / layers)
 
 
+def handoff_kind(model: Model) -> str:
+    """What a model hands from prefill to decode (see :attr:`HandoffResult.handoff_kind`)."""
+    if model.mixer == "attention":
+        return "kv"
+    if shape(model).state_bytes:
+        return "state"
+    return "kv+conv" if model.mixer == "hybrid" else "conv"
+
+
 def calculate(model: Model, prompt: int, link: Link, pool: Pool, compression: Compression | None = None,
               send: SendMode = "whole", draft: Model | None = None) -> HandoffResult:
     """Hand-off size, wire bytes, transfer, prefill, exposed time and link saturation rate.
@@ -225,7 +242,7 @@ def calculate(model: Model, prompt: int, link: Link, pool: Pool, compression: Co
     limit = max_step_tokens(model_coefficients(model)[0])
     if prompt > limit:
         raise step_token_error(model.key, "--prompt", prompt, limit)
-    require_fit(model, pool, "prefill")
+    require_fit(model, pool, "prefill", encoder_resident_bytes(model) if replay_on_decode(model) else None)
     s = shape(model)
     draft_kv = shape(draft).kv_per_token if draft is not None else 0
     kv = s.handoff_bytes(prompt) + prompt * draft_kv
@@ -235,7 +252,10 @@ def calculate(model: Model, prompt: int, link: Link, pool: Pool, compression: Co
         wire = float(compression.wire_bytes(np.array([kv]), np.array([prompt]), model.kv_bytes)[0])
         ratio = kv / wire
     wire_s = wire / link.bandwidth
-    prefill_s = prefill_step(model, pool, [prompt]).time
+    if step_class(model) == ATTENTION:
+        prefill_s = prefill_step(model, pool, [prompt]).time
+    else:  # an encoder-only prefill when the decode side replays the prompt's end
+        prefill_s = mixer_prefill_step(model, pool, [prompt], encoder_only=replay_on_decode(model)).time
     if draft is not None:
         prefill_s += draft_prefill_time(draft, pool, [prompt])
     return HandoffResult(
@@ -248,6 +268,8 @@ def calculate(model: Model, prompt: int, link: Link, pool: Pool, compression: Co
         devices_per_instance=pool.n,
         kv_bytes_per_token=s.kv_per_token,
         kv_bytes=kv,
+        state_bytes=s.state_bytes,
+        handoff_kind=handoff_kind(model),
         wire_bytes=wire,
         ratio=ratio,
         bandwidth=link.bandwidth,

@@ -20,6 +20,11 @@ from kvcargo.formats import is_default, with_formats
 from kvcargo.parallel import Layout, layout_coefficients, stage_capacity, stage_coefficients
 from kvcargo.speculative import Draft, make_draft
 
+PARALLEL_LEVERS = ("tp", "pp", "ep", "microbatches", "expert_imbalance", "scale_up_link", "prefill_tp", "prefill_pp",
+                   "decode_tp", "decode_pp", "weight_format", "kv_format", "compute_format", "speculative")
+"""The parallelism, number-format and speculative-decoding fields (what other engines and model
+families refuse)."""
+
 if TYPE_CHECKING:
     from kvcargo.config import SimConfig
 

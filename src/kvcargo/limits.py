@@ -83,6 +83,7 @@ RANGES: Mapping[str, Bound] = {
     "nics_per_instance": Bound(1, 64, _MACHINE),
     "domain_size": Bound(1, 100_000, _MACHINE),
     "max_length": Bound(1, 2**24, "one prompt's prefill FLOPs must fit a 64-bit integer"),
+    "ft_enob": Bound(-64, 64, "converter energy 2^ENOB and passes 4^(11 − ENOB) leave any physical meaning"),
 }
 """Ranges on top of each field's type (positive, whole, ...), keyed by configuration field."""
 

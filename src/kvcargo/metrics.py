@@ -16,10 +16,13 @@ from typing import Any
 import numpy as np
 
 from kvcargo._jit import kernel
+from kvcargo.ced import replay_on_decode
 from kvcargo.cost import silicon_cost_usd
 from kvcargo.engine.cluster import EngineOutput
 from kvcargo.engine.state import DONE, REJECTED, S_BUSY, S_BYTES, S_EC, S_EM, S_FLOPS, S_STEPS
+from kvcargo.families import family_levers
 from kvcargo.lever_metrics import lever_summary
+from kvcargo.optical import die_areas, static_w
 from kvcargo.stats import exact_mean, exact_sum, exact_weighted_mean, percentiles, weighted_percentiles
 
 WARMUP_FRACTION = 0.1
@@ -63,6 +66,12 @@ def steady_requests(out: EngineOutput) -> np.ndarray:
     return by_arrival[int(len(by_arrival) * WARMUP_FRACTION):]
 
 
+def handoff_start(out: EngineOutput) -> np.ndarray:
+    """Per request, when its hand-off could start: the first token, or the end of the prefill
+    step when the first token comes from the decode side (CED replay on decode)."""
+    return out.prefill_done if replay_on_decode(out.resolved.model) else out.first_token
+
+
 def stage_times(out: EngineOutput) -> dict[str, np.ndarray]:
     """Per-request stage durations (absent stages are 0); they sum to the end-to-end latency."""
 
@@ -70,14 +79,15 @@ def stage_times(out: EngineOutput) -> dict[str, np.ndarray]:
         d = end - start
         return np.where(np.isnan(d), 0.0, d)
 
-    landed = np.where(np.isnan(out.kv_ready), out.first_token, out.kv_ready)
+    start = handoff_start(out)
+    landed = np.where(np.isnan(out.kv_ready), start, out.kv_ready)
     return {
         "prefill_queue": gap(out.prefill_start, out.arrival),
-        "prefill": gap(out.first_token, out.prefill_start),
+        "prefill": gap(start, out.prefill_start),
         # streamed layer by layer, a hand-off can start before the first token: its wait is 0
         # and only the part after the first token counts as transfer
-        "kv_wait": np.maximum(gap(out.kv_start, out.first_token), 0.0),
-        "kv_transfer": gap(out.kv_ready, np.fmax(out.kv_start, out.first_token)),
+        "kv_wait": np.maximum(gap(out.kv_start, start), 0.0),
+        "kv_transfer": gap(out.kv_ready, np.fmax(out.kv_start, start)),
         "decode_queue": gap(out.decode_start, landed),
         "decode": gap(out.finish, out.decode_start),
     }
@@ -147,7 +157,7 @@ def latency_samples(out: EngineOutput, steady: np.ndarray) -> dict[str, np.ndarr
     return {
         "ttft": (out.first_token - out.arrival)[steady],
         "tpot": (out.finish[multi] - out.first_token[multi]) / (out.output[multi] - 1),
-        "handoff": (out.kv_ready - out.first_token)[~np.isnan(out.kv_ready)],
+        "handoff": (out.kv_ready - handoff_start(out))[~np.isnan(out.kv_ready)],
     }
 
 
@@ -217,7 +227,10 @@ def _stages(out: EngineOutput, steady: np.ndarray, e2e: float) -> dict[str, floa
     for k in STAGES:
         s[f"stage_{k}_s"] = means[k]
         s[f"share_{k}"] = means[k] / e2e if e2e else math.nan
-    s["kv_share_of_e2e"] = s["share_kv_wait"] + s["share_kv_transfer"]  # as §8.5's values are
+    if family_levers(out.resolved):  # the companion's levers: one division (reference §7's wording)
+        s["kv_share_of_e2e"] = (means["kv_wait"] + means["kv_transfer"]) / e2e if e2e else math.nan
+    else:  # the reference's published figures: the two shares added
+        s["kv_share_of_e2e"] = s["share_kv_wait"] + s["share_kv_transfer"]
     return s
 
 
@@ -239,7 +252,7 @@ def _link(out: EngineOutput) -> dict[str, Any]:
         "link_busy": _network_busy(out),
         "link_bytes": wire_bytes,
         "link_gbps": wire_bytes / H / 1e9 if H > 0 else math.nan,
-        "link_mean_wait_s": exact_sum((out.kv_start - out.first_token)[moved]) / n if n else 0.0,
+        "link_mean_wait_s": exact_sum((out.kv_start - handoff_start(out))[moved]) / n if n else 0.0,
         "link_j": out.link_j,
         "transit_j": out.transit_j,
         "link_j_per_request": (out.link_j + out.transit_j) / max(1, n),
@@ -270,6 +283,12 @@ def _pools(out: EngineOutput) -> list[tuple[str, Any]]:
             + [(f"decode-{i}", res.decode_pool) for i in range(res.n_decode)])
 
 
+def _engine_static_j(out: EngineOutput) -> list[float]:
+    """Per instance: its optical transform engine's static energy P_opt · H (0 without one)."""
+    return [static_w(pool.device.ft_engine, pool.n) * out.horizon if pool.device.ft_engine else 0.0
+            for _, pool in _pools(out)]
+
+
 def _energy(out: EngineOutput, out_tokens: int) -> dict[str, float]:
     """Energy totals, grouped as §7 states (it decides the last bit): running sums over the
     instances in creation order of static ``(idle·n)·H``, compute J and memory J, then
@@ -280,11 +299,20 @@ def _energy(out: EngineOutput, out_tokens: int) -> dict[str, float]:
     compute = sum(row[S_EC] for row in stats)
     memory = sum(row[S_EM] for row in stats)
     scale_up = sum(row[1] for row in out.lever_stats)  # TP/PP/EP traffic inside instances
-    total = static + compute + memory + out.link_j + out.transit_j
+    optical: dict[str, float] = {}
+    total = static + compute + memory + out.link_j
+    if any(pool.device.ft_engine for _, pool in _pools(out)):  # levers-mixers §3.5, in that order
+        o_static, o_conv = sum(_engine_static_j(out)), sum(out.engine_stats[:, 0].tolist())
+        total = total + o_static + o_conv
+        optical = {"energy_optical_static_j": o_static, "energy_conversions_j": o_conv}
+    total = total + out.transit_j
     if out.swap_j:
         total += out.swap_j
-    total += scale_up  # §7: swap J, then scale-up link J
-    return {
+    total += scale_up  # §7: optical static and conversions, in-transit, swap, then scale-up J
+    if optical:
+        optical |= {"share_optical_static": optical["energy_optical_static_j"] / total,
+                    "share_optical_conversions": optical["energy_conversions_j"] / total}
+    return optical | {
         "energy_scale_up_j": scale_up, "share_scale_up": scale_up / total,
         "energy_j": total,
         "energy_static_j": static, "energy_compute_j": compute, "energy_memory_j": memory,
@@ -302,6 +330,8 @@ def _instances(out: EngineOutput) -> list[dict[str, Any]]:
     H = out.horizon
     rows = []
     n_pre = out.resolved.n_prefill
+    engine_j = _engine_static_j(out)
+    engines = any(engine_j)
     for i, (name, pool) in enumerate(_pools(out)):
         row = out.stats[i]
         steps = int(row[S_STEPS])
@@ -319,6 +349,13 @@ def _instances(out: EngineOutput) -> list[dict[str, Any]]:
             "mean_batch": mean_batch,
             "avg_power_w": pool.idle_w + (row[S_EC] + row[S_EM]) / H if H > 0 else math.nan,
         })
+        if engines:  # levers-mixers §3.5
+            conv, opt_flops, opt_busy = out.engine_stats[i].tolist()
+            rows[-1] |= {
+                "optical_bound_frac": opt_busy / row[S_BUSY] if row[S_BUSY] > 0 else 0.0,
+                "optical_flops": opt_flops, "conversion_j": conv, "optical_static_j": engine_j[i],
+                "avg_power_w": (pool.idle_w * H + row[S_EC] + row[S_EM] + engine_j[i] + conv) / H if H > 0 else math.nan,
+            }
         if i < n_pre and out.resolved.config.kv_reserve == "at-transfer":
             rows[-1]["kv_held_mean"] = float(out.kv_held[i, 0]) / H if H > 0 else math.nan
             rows[-1]["kv_held_peak"] = float(out.kv_held[i, 1])
@@ -341,9 +378,11 @@ def _hotspot(s: dict[str, Any], colocated: bool) -> dict[str, Any]:
 
 def _cost(out: EngineOutput, tok_per_s: float) -> dict[str, float]:
     dollars = 0.0
+    area = 0.0
     for _, pool in _pools(out):
         die = silicon_cost_usd(pool.device)
         if die is None:
-            return {"silicon_usd": math.nan, "tok_per_s_per_kusd": math.nan}
+            return {"silicon_usd": math.nan, "tok_per_s_per_kusd": math.nan, "silicon_mm2": math.nan}
         dollars += pool.n * die
-    return {"silicon_usd": dollars, "tok_per_s_per_kusd": 1000 * tok_per_s / dollars}
+        area += pool.n * sum(die_areas(pool.device))
+    return {"silicon_usd": dollars, "tok_per_s_per_kusd": 1000 * tok_per_s / dollars, "silicon_mm2": area}

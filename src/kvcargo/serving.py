@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kvcargo.levers import PARALLEL_LEVERS
 from kvcargo.workload import LengthDist, Workload, generate
 from kvcargo.workload.sessions import PRESETS, SessionShape, generate_sessions
 
@@ -24,9 +25,6 @@ PRESET_FIELDS = ("prompt", "prompt_cv", "output", "output_cv", "turns", "think",
                  "prefix_share")
 """Fields a ``--workload`` preset sets (giving them too is refused)."""
 HANDOFF_MODELS = ("send", "topology", "link_sharing", "kv_reserve", "decode_prefix_cache")
-PARALLEL_LEVERS = ("tp", "pp", "ep", "microbatches", "expert_imbalance", "scale_up_link", "prefill_tp", "prefill_pp",
-                   "decode_tp", "decode_pp", "weight_format", "kv_format", "compute_format", "speculative")
-"""Parallelism, number-format and speculative-decoding fields the scheduled engine does not model."""
 
 
 def _changed(c: SimConfig, name: str) -> bool:

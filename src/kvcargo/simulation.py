@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from kvcargo.ced import replay_on_decode
 from kvcargo.config import SimConfig, resolve
 from kvcargo.engine.cluster import EngineOutput, run
 from kvcargo.engine.state import REJECTED
@@ -52,19 +53,21 @@ class SimResult:
             "kv_start": o.kv_start, "kv_ready": o.kv_ready,
             "decode_start": o.decode_start, "finish": o.finish,
             "rejected": o.status == REJECTED,
-        }
+        } | ({"prefill_done": o.prefill_done} if replay_on_decode(o.resolved.model) else {})
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data: the configuration and the summary."""
         return {"config": self.config.model_dump(), "summary": self.summary}
 
     def write_requests_csv(self, path: str | Path) -> None:
-        """One row per request; empty cells where a stage does not apply; floats as ``repr``."""
+        """One row per request; empty cells where a stage does not apply; floats as ``repr``. When
+        the first token comes from the decode side, a last column ``prefill_done``."""
         cols = self.requests()
+        names = REQUEST_COLUMNS + (("prefill_done",) if "prefill_done" in cols else ())
         with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
-            w.writerow(REQUEST_COLUMNS)
-            data = [cols[c].tolist() for c in REQUEST_COLUMNS]
+            w.writerow(names)
+            data = [cols[c].tolist() for c in names]
             for row in zip(*data):
                 w.writerow(["" if isinstance(v, float) and math.isnan(v) else repr(v) if isinstance(v, float) else v
                             for v in row])

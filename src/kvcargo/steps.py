@@ -61,9 +61,18 @@ def step(model: str, device: str, devices: int, phase: Phase, batch: int, length
 def step_cost(model: Model, pool: Pool, phase: Phase, batch: int, length: int, cost_model: str = "roofline",
               lm_head: LmHead = "all") -> dict[str, Any]:
     """Time, energies, FLOPs and bytes of one step under a cost model (catalog objects)."""
+    from kvcargo import stepcost
+
+    family = stepcost.step_class(model) != stepcost.ATTENTION
     if cost_model == "calibrated":
+        if family:
+            raise KvcargoError(f"--cost-model calibrated is measured for attention models without CED only, "
+                               f"not {model.key!r}")
         return _calibrated(model, pool, phase, batch, length, lm_head)
-    if phase == "prefill":
+    if family:  # FFT mixers, causal encoder-decoders, optical engines: their step classes
+        s = (stepcost.prefill_step(model, pool, [length] * batch, lm_head) if phase == "prefill"
+             else stepcost.decode_step(model, pool, batch, batch * length, lm_head=lm_head))
+    elif phase == "prefill":
         s = prefill_step(model, pool, [length] * batch, lm_head)
     else:
         s = decode_step(model, pool, batch, length)

@@ -76,6 +76,24 @@ class Model(_Entry):
     """Mixture of experts: leading layers with a dense MLP instead of experts (DeepSeek-V3: 3)."""
     d_ff_dense: PositiveInt | None = None
     """MLP width of those dense layers (default ``(top_k + shared_experts) · d_ff``)."""
+    # Sequence mixers beyond attention and causal encoder-decoders (levers-mixers §1, §4). The
+    # defaults are a plain attention model, so every preset above keeps its numbers.
+    mixer: Literal["attention", "hyena", "hybrid"] = "attention"
+    """``hyena``: every layer is a Hyena-2 long-convolution operator (Poli et al. 2023,
+    arXiv:2302.10866); ``hybrid``: layer i is attention iff i mod 4 = 0, the others Hyena."""
+    hyena_decode: Literal["direct", "distilled"] = "direct"
+    """``direct``: decode evaluates the long convolution over a per-token cache of its inputs;
+    ``distilled``: a constant recurrent state per sequence (Massaroli et al. 2023,
+    arXiv:2310.18780). Hyena models only."""
+    circulant_block: NonNegInt = 0
+    """Block size k of block-circulant weight matrices (CirCNN, Ding et al. 2017,
+    arXiv:1708.08917); 0: dense weights. Hyena models only; a power of two dividing d and d_ff."""
+    ced_encoder_layers: NonNegInt = 0
+    """Causal encoder-decoder: the bottom E layers are an encoder run only at prefill (0: off)."""
+    ced_replay: PositiveInt = 128
+    """CED: the last W prompt tokens are replayed through the decoder layers."""
+    ced_replay_on: Literal["prefill", "decode"] = "prefill"
+    """CED: which pool runs the replay (decode: the first token comes from the decode side)."""
 
     @model_validator(mode="after")
     def _check(self) -> Model:
@@ -115,6 +133,52 @@ class Model(_Entry):
             raise ValueError("dense_layers must not exceed layers")
         if self.d_ff_dense is not None and not self.dense_layers:
             raise ValueError("d_ff_dense needs dense_layers")
+        self._check_mixer()
+
+    def _check_mixer(self) -> None:
+        if self.mixer != "attention" and (self.experts or self.kv_layout == "mla" or self.sliding_window):
+            raise ValueError("a hyena or hybrid mixer needs a dense full-attention shape (no experts, MLA or window)")
+        if self.mixer != "hyena" and (self.hyena_decode != "direct" or self.circulant_block):
+            raise ValueError("hyena_decode and circulant_block apply only to mixer 'hyena'")
+        k = self.circulant_block
+        if k and (k & (k - 1) or k < 2 or self.d_model % k or self.d_ff % k):
+            raise ValueError("circulant_block must be a power of two (>= 2) dividing d_model and d_ff")
+        if self.ced_encoder_layers:
+            if self.mixer != "attention" or self.experts:
+                raise ValueError("a causal encoder-decoder needs a dense attention model (no hyena mixer, no experts)")
+            if self.ced_encoder_layers >= self.layers:
+                raise ValueError("ced_encoder_layers must leave at least one decoder layer")
+
+
+class TransformEngine(BaseModel):
+    """An optical Fourier-transform engine beside a digital part (levers-mixers §3): converters,
+    a reprogrammable spectral mask, a laser. Figures are the companion's defaults."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    samples_per_s: PositiveFloat = 1e12
+    """Converter samples per second, each direction."""
+    enob: int = 8
+    """Effective number of bits of the converters."""
+    dac_fj_per_step: NonNegFloat = 10.0
+    adc_fj_per_step: NonNegFloat = 20.0
+    """Walden figures of merit, fJ per conversion step."""
+    laser_w: NonNegFloat = 10.0
+    tuning_w: NonNegFloat = 10.0
+    """Static power per device: laser and thermal tuning."""
+    mask_values: PositiveInt = 2_000_000
+    """Complex values the mask holds at once."""
+    mask_rate_hz: PositiveFloat = 1031.0
+    """Mask rewrites per second (an 8-bit DMD)."""
+    detection: Literal["coherent", "intensity"] = "coherent"
+    """``intensity`` detection needs twice the passes."""
+    overlap: bool = False
+    """Optical and digital time overlap (max) instead of adding."""
+    channel_samples_per_s: PositiveFloat = 50e9
+    """Samples per second of one converter channel (area: one DAC and one ADC per channel)."""
+    dac_mm2: NonNegFloat = 0.05
+    adc_mm2: NonNegFloat = 0.10
+    photonic_mm2: PositiveFloat = 100.0
+    """Area of the separate photonic die."""
 
 
 class Device(_Entry):
@@ -133,6 +197,12 @@ class Device(_Entry):
     scale_up: str = "nvlink4"
     die_mm2: PositiveFloat | None = None
     price_usd: PositiveFloat | None = None
+    bw_unit: PositiveFloat = 1.0
+    """Unit in which the memory time is evaluated: ``(bytes/unit) / (bw/unit · eff · n)``.
+    Mathematically irrelevant; it fixes the last bit of the result (the reference computes the
+    A100's memory time in TB and TB/s, and kvcargo reproduces that bit for bit)."""
+    ft_engine: TransformEngine | None = None
+    """An optical Fourier-transform engine (FFT-mixing prefill runs on it; see kvcargo.optical)."""
     kernel_tables: str | None = None
     """Measured kernel tables (``.npz`` from ``scripts/convert_aiconfigurator.py``) for
     ``--cost-model calibrated``; unset: the built-in set of the same key, if any."""

@@ -40,14 +40,30 @@ def _models(cat: catalog_mod.Catalog) -> str:
         s = shape(m)
         kv = (f"latent {m.kv_lora_rank}+{m.qk_rope_dim}" if m.kv_layout == "mla"
               else f"{m.kv_layout} {m.kv_heads}×{m.head_dim}")
-        rows.append([key, m.name, m.layers, kv, f"{s.p_total / 1e9:.2f} B", f"{s.kv_per_token:,} B"])
-    return table(["key", "name", "layers", "KV cache", "params", "KV per token"], rows, "llrrrr")
+        per_token = f"{s.kv_per_token:,} B"
+        if m.mixer == "hybrid":
+            kv = f"1:3 {kv} + conv"
+        elif m.mixer == "hyena":
+            kv = "hyena state" if s.state_bytes else "hyena conv"
+            kv += f", circulant {m.circulant_block}" if m.circulant_block else ""
+            per_token = f"{s.state_bytes:,} B/seq" if s.state_bytes else per_token
+        if m.ced_encoder_layers:
+            kv += f", CED {m.ced_encoder_layers}+{m.layers - m.ced_encoder_layers}"
+        rows.append([key, m.name, m.layers, kv, f"{s.p_total / 1e9:.2f} B", per_token])
+    return table(["key", "name", "layers", "KV cache / state", "params", "KV per token"], rows, "llrrrr")
 
 
 def _devices(cat: catalog_mod.Catalog) -> str:
     rows = [[key, d.name, f"{d.peak_flops / 1e12:,.0f} T", f"{d.hbm_bw / 1e12:.3g} TB/s", f"{d.capacity / 1e9:.0f} GB",
-             f"{d.tdp_w:.0f} W"] for key, d in cat.devices.items()]
-    return table(["key", "name", "BF16 FLOP/s", "HBM", "memory", "TDP"], rows, "llrrrr")
+             f"{d.tdp_w:.0f} W", _engine(d)] for key, d in cat.devices.items()]
+    return table(["key", "name", "BF16 FLOP/s", "HBM", "memory", "TDP", "FT engine"], rows, "llrrrrl")
+
+
+def _engine(d: catalog_mod.Device) -> str:
+    e = d.ft_engine
+    if e is None:
+        return "-"
+    return f"{e.samples_per_s / 1e12:g} TS/s, {e.enob}-bit, mask {e.mask_rate_hz:g} Hz"
 
 
 def _links(cat: catalog_mod.Catalog) -> str:

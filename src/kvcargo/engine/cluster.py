@@ -11,14 +11,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvcargo import stepcost
 from kvcargo.calibrated import tabulate
 from kvcargo.catalog import Link
+from kvcargo.ced import replay_on_decode
 from kvcargo.config import Resolved
-from kvcargo.cost import model_coefficients, shape
+from kvcargo.cost import HF_OVERHEAD, kv_capacity, model_coefficients, shape
 from kvcargo.engine import aot
 from kvcargo.engine import state as S
 from kvcargo.engine.loop import run_events
 from kvcargo.engine.state import Params, by_reference, grown, new_state
+from kvcargo.families import prefill_resident_bytes
 from kvcargo.handoff import Transfers, endpoint_work
 from kvcargo.linkmodel import effective, link_transfers
 from kvcargo.workload.traces import BLOCK_TOKENS
@@ -49,6 +52,11 @@ class EngineOutput:
     """Per request: ordinal of its first decode step on its decode instance."""
     stats: np.ndarray
     """Per instance (prefill first): busy s, FLOPs, bytes, compute J, memory J, steps."""
+    engine_stats: np.ndarray
+    """Per instance: its optical transform engine's conversion J, FLOPs and engine-bound seconds."""
+    prefill_done: np.ndarray
+    """When each prefill step ended, where the first token comes from the decode side (CED
+    replay there); NaN otherwise (the prefill ends with the first token)."""
     kv_held: np.ndarray
     """Per prefill instance with ``--kv-reserve at-transfer``: KV tokens held, time integral and
     peak."""
@@ -158,10 +166,13 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
         if comp is not None and comp.codec.decode_ops_per_value > 0:
             dec_cost = True
             rx[:, S.DEC_OPS], rx[:, S.DEC_BYTES] = comp.decode_work(kv_bytes, xfer.wire_bytes, kvb)
-    ri = np.empty((n, 3), dtype=np.int64)
+    ri = np.empty((n, 4), dtype=np.int64)
     ri[:, S.PROMPT] = prompt
     ri[:, S.OUTPUT] = w.output
     ri[:, S.QUAD] = prompt * (prompt + 1)
+    ri[:, S.UNITS] = 1 if shape(res.model).state_bytes else prompt + ri[:, S.OUTPUT]
+    mixed = stepcost.step_class(res.model) != stepcost.ATTENTION
+    rq = stepcost.request_terms(res.model, prompt) if mixed else np.zeros((1, 3), dtype=np.int64)
     pf, domain = _ports(res)
     ints = np.zeros(S.P_INTS, dtype=np.int64)
     ints[S.P_NPREFILL] = res.n_prefill
@@ -176,7 +187,12 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     ints[S.P_RESERVE] = int(pull)
     ints[S.P_EARLY] = int(c.topology != "shared" or pull or c.decode_prefix_cache)
     ints[S.P_DECCOST] = int(dec_cost)
-    ints[S.P_PREFILL_KVCAP] = res.levers.prefill.kv_capacity
+    lev = res.levers
+    ints[S.P_PREFILL_KVCAP] = (lev.prefill.kv_capacity if lev.has_layout or lev.draft is not None
+                               else kv_capacity(res.model, res.prefill_pool, prefill_resident_bytes(res.model))
+                               if not res.colocated else res.kv_capacity)
+    ints[S.P_MIXED] = int(mixed)
+    ints[S.P_REPLAY_DECODE] = int(replay_on_decode(res.model))
     blocks, offsets = _dense_blocks(w) if c.decode_prefix_cache else (np.zeros(1, np.int64), np.zeros(n + 1, np.int64))
     ints[S.P_PREFIX] = int(c.decode_prefix_cache)
     ints[S.P_BLOCK_TOKENS] = BLOCK_TOKENS
@@ -184,18 +200,21 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     hf = np.stack([res.prefill_pool.coefficients(), res.decode_pool.coefficients()])
     ints[S.P_CALIBRATED] = int(c.cost_model == "calibrated")
     ct, cs = step_tables(res)
-    lev = res.levers
     lf, hs = lev.layout_arrays(res.model, res.prefill_pool, res.decode_pool)
     mid, mfd, alpha = mi, mf, 0.0
     if lev.draft is not None:
         mid, mfd = model_coefficients(lev.draft.model, c.lm_head)
         ints[S.P_SPEC], ints[S.P_GAMMA], ints[S.P_SPEC_SEED] = 1, lev.draft.gamma, lev.draft.seed
         alpha = lev.draft.alpha
+    ehf = hf.copy()
+    ehf[:, HF_OVERHEAD] = 0.0
+    xi, xf = stepcost.model_extension(res.model, c.lm_head, c.fft_efficiency, replay_on_decode(res.model))
+    eo = np.stack([stepcost.engine_coefficients(pool, res.model) for pool in (res.prefill_pool, res.decode_pool)])
     return Params(rf=rf, rx=rx, ri=ri, mi=mi, mf=mf, hf=hf, ints=ints, pf=pf,
                   port_cap=pf[:, S.PF_BW] * pf[:, S.PF_CHANNELS], domain=domain, blocks=blocks,
                   block_offsets=offsets, ct=ct, cs=cs, lf=lf, hs=hs, mid=mid, mfd=mfd,
                   hd=lev.draft_arrays(res.prefill_pool, res.decode_pool),
-                  alpha=np.array([alpha], dtype=np.float64)), xfer
+                  alpha=np.array([alpha], dtype=np.float64), rq=rq, xi=xi, xf=xf, eo=eo, ehf=ehf), xfer
 
 
 def step_tables(res: Resolved) -> tuple[np.ndarray, np.ndarray]:
@@ -229,7 +248,8 @@ def run(res: Resolved) -> EngineOutput:
     st = new_state(n, n_slots, res.n_decode, res.n_prefill + res.n_decode, res.config.max_batch, channels,
                    int(params.ints[S.P_GROUPS]), bool(params.ints[S.P_FAIR]), log_capacity=guess,
                    n_blocks=int(params.blocks.max()) + 1 if params.ints[S.P_PREFIX] else 0,
-                   extra=len(params.rx) == n, speculative=bool(params.ints[S.P_SPEC]))
+                   extra=len(params.rx) == n or bool(params.ints[S.P_REPLAY_DECODE]),
+                   speculative=bool(params.ints[S.P_SPEC]))
     aot.prepare(n * int(params.ints[S.P_GROUPS]))
     pr = by_reference(params)
     while (code := run_events(by_reference(st), pr)) != S.FINISHED:
@@ -251,6 +271,7 @@ def run(res: Resolved) -> EngineOutput:
         kv_ready=col(t, S.KV_READY), decode_start=col(t, S.DECODE_START), finish=col(t, S.FINISH),
         status=col(r, S.STATUS), prefill_inst=col(r, S.PREFILL_INST), decode_inst=col(r, S.DECODE_INST),
         first_step=col(r, S.FIRST_STEP), stats=st.stats[:, : S.S_STEPS + 1].copy(),
+        engine_stats=st.stats[:, [S.S_EO, S.S_OPT_FLOPS, S.S_OPT_BUSY]], prefill_done=extra(S.PREFILL_END),
         kv_held=st.stats[: res.n_prefill, [S.S_KV_INT, S.S_KV_PEAK]], want_memory=extra(S.WANT_MEMORY),
         send_fraction=np.nan_to_num(extra(S.SEND_FRAC), nan=1.0), reserved=extra(S.RESERVED),
         steps=st.logf[:k].copy(), step_inst=st.logi[:k].copy(),

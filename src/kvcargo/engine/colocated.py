@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from kvcargo._jit import kernel
 from kvcargo.engine.decode import decode_step_begin, decode_step_end, join_batch
-from kvcargo.engine.events import charge_step, fifo_cut, finish_request
+from kvcargo.engine.events import charge_engine, charge_step, fifo_cut, finish_request
 from kvcargo.engine.pricing import prefill_step_cost
 from kvcargo.engine.state import (
     BUSY,
@@ -31,10 +31,15 @@ from kvcargo.engine.state import (
     P_BUDGET,
     P_KVCAP,
     P_MAXBATCH,
+    P_MIXED,
     PREFILL_START,
     PROMPT,
     QNEXT,
     QUAD,
+    RQ_FLOPS,
+    RQ_MASK,
+    RQ_TOKENS,
+    UNITS,
 )
 
 
@@ -50,15 +55,23 @@ def colocated_begin(st, pr, c):
     tokens = 0
     quad = 0
     n = 0
+    xflops = 0
+    xtok = 0
+    xmask = 0
+    mixed = pr.ints[P_MIXED]
     st.p[c, P_BATCH] = r
     while r >= 0 and st.d[c, D_RUNNING] + n < max_batch and (n == 0 or tokens + pr.ri[r, PROMPT] <= budget):
-        need = pr.ri[r, PROMPT] + pr.ri[r, OUTPUT]
+        need = pr.ri[r, UNITS]
         if st.d[c, D_KV_USED] + need > cap:
             break
         st.d[c, D_KV_USED] += need
         tokens += pr.ri[r, PROMPT]
         quad += pr.ri[r, QUAD]
         n += 1
+        if mixed:
+            xflops += pr.rq[r, RQ_FLOPS]
+            xtok += pr.rq[r, RQ_TOKENS]
+            xmask |= pr.rq[r, RQ_MASK]
         st.t[r, PREFILL_START] = now
         r = st.r[r, QNEXT]
     if n == 0:
@@ -70,8 +83,11 @@ def colocated_begin(st, pr, c):
     fifo_cut(st.d, c, D_HEAD, D_TAIL, r)
     st.d[c, D_QUEUED] -= n
     st.p[c, P_BATCH_N] = n
-    dt, flops, nbytes, e_c, e_m = prefill_step_cost(st, pr, 0, c, tokens, quad, n)
+    dt, flops, nbytes, e_c, e_m, e_o, opt, engine_bound = prefill_step_cost(st, pr, 0, c, tokens, quad, n, xflops,
+                                                                             xtok, xmask)
     charge_step(st, c, dt, flops, nbytes, e_c, e_m)
+    if mixed:
+        charge_engine(st, c, dt, e_o, opt, engine_bound)
     st.d[c, D_STATE] = BUSY
     st.d[c, D_IS_PREFILL] = 1
     return now + dt
@@ -89,7 +105,7 @@ def colocated_end(st, pr, c):
         nxt = st.r[r, QNEXT]
         st.t[r, FIRST_TOKEN] = now
         if pr.ri[r, OUTPUT] <= 1:
-            st.d[c, D_KV_USED] -= pr.ri[r, PROMPT] + pr.ri[r, OUTPUT]
+            st.d[c, D_KV_USED] -= pr.ri[r, UNITS]
             finish_request(st, r)
         else:
             join_batch(st, pr, c, r)

@@ -13,16 +13,22 @@ from __future__ import annotations
 from kvcargo._jit import kernel
 from kvcargo.engine.events import charge_step, fifo_cut, fifo_push, finish_request, log_step, wake
 from kvcargo.engine.finheap import heap_pop, heap_push
-from kvcargo.engine.kernels import elementwise_pass
+from kvcargo.engine.kernels import elementwise_pass, family_step_cost
 from kvcargo.engine.pricing import decode_step_cost
 from kvcargo.engine.speculation import spec_join, spec_step_end
 from kvcargo.engine.state import (
+    BNEXT,
     BUSY,
     D_CONTEXT,
     D_FIN_N,
     D_HEAD,
     D_KV_USED,
     D_QUEUED,
+    D_REPLAY_A,
+    D_REPLAY_HEAD,
+    D_REPLAY_N,
+    D_REPLAY_S,
+    D_REPLAY_T,
     D_RUNNING,
     D_STATE,
     D_STEPS,
@@ -34,19 +40,25 @@ from kvcargo.engine.state import (
     DECODE_WAKE,
     F_NOW,
     FIRST_STEP,
+    FIRST_TOKEN,
     IDLE,
     OUTPUT,
     P_DECCOST,
     P_KVCAP,
     P_MAXBATCH,
+    P_MIXED,
     P_NPREFILL,
+    P_REPLAY_DECODE,
     P_RESERVE,
     P_SPEC,
     PROMPT,
     QNEXT,
+    RQ_FLOPS,
+    RQ_TOKENS,
     S_PEND_BYTES,
     S_PEND_OPS,
     S_STEP_START,
+    UNITS,
 )
 
 
@@ -68,19 +80,32 @@ def _stats_row(pr, d):
 @kernel(inline=True)
 def join_batch(st, pr, d, r):
     """A request starts decoding on instance ``d`` with its first token already out (its
-    decompression, if the codec has a cost, joins the instance's next step)."""
+    decompression, if the codec has a cost, joins the instance's next step). When the decode
+    side replays the prompt's end, the request is a replay row of the next step, which emits
+    its first token; its decode steps follow."""
     if pr.ints[P_DECCOST]:
         row = _stats_row(pr, d)
         st.stats[row, S_PEND_OPS] += pr.rx[r, DEC_OPS]
         st.stats[row, S_PEND_BYTES] += pr.rx[r, DEC_BYTES]
     if pr.ints[P_SPEC]:
         spec_join(st, pr, d, r)
-    else:
-        heap_push(st.fin, st.d, d, st.d[d, D_STEPS] + pr.ri[r, OUTPUT] - 2, r)
     st.d[d, D_RUNNING] += 1
-    st.d[d, D_CONTEXT] += pr.ri[r, PROMPT] + 1
     st.t[r, DECODE_START] = st.f[F_NOW]
-    st.r[r, FIRST_STEP] = st.d[d, D_STEPS]
+    k = st.d[d, D_STEPS]
+    if pr.ints[P_REPLAY_DECODE]:
+        st.d[d, D_REPLAY_N] += 1
+        st.d[d, D_REPLAY_T] += pr.rq[r, RQ_TOKENS]
+        st.d[d, D_REPLAY_A] += pr.rq[r, RQ_FLOPS]
+        st.d[d, D_REPLAY_S] += pr.ri[r, PROMPT]
+        st.r[r, BNEXT] = st.d[d, D_REPLAY_HEAD]
+        st.d[d, D_REPLAY_HEAD] = r
+        st.r[r, FIRST_STEP] = k + 1
+        heap_push(st.fin, st.d, d, k + pr.ri[r, OUTPUT] - 1, r)
+        return
+    st.d[d, D_CONTEXT] += pr.ri[r, PROMPT] + 1
+    st.r[r, FIRST_STEP] = k
+    if not pr.ints[P_SPEC]:
+        heap_push(st.fin, st.d, d, k + pr.ri[r, OUTPUT] - 2, r)
 
 
 @kernel(inline=True)
@@ -92,7 +117,7 @@ def decode_admit(st, pr, d):
     max_batch = pr.ints[P_MAXBATCH]
     reserved = pr.ints[P_RESERVE]
     while r >= 0 and st.d[d, D_RUNNING] < max_batch:
-        need = pr.ri[r, PROMPT] + pr.ri[r, OUTPUT]
+        need = pr.ri[r, UNITS]
         if not reserved:
             if st.d[d, D_KV_USED] + need > cap:
                 break
@@ -109,7 +134,12 @@ def decode_step_begin(st, pr, d):
     now = st.f[F_NOW]
     batch = st.d[d, D_RUNNING]
     row = _stats_row(pr, d)
-    dt, flops, nbytes, e_c, e_m = decode_step_cost(st, pr, 1, row, batch, st.d[d, D_CONTEXT])
+    if pr.ints[P_MIXED]:  # another model family (replay rows: a causal encoder-decoder's)
+        rn = st.d[d, D_REPLAY_N]
+        flops, nbytes, dt, e_c, e_m = family_step_cost(pr, 1, batch - rn, st.d[d, D_CONTEXT], rn, st.d[d, D_REPLAY_T],
+                                                       st.d[d, D_REPLAY_A], st.d[d, D_REPLAY_S])
+    else:
+        dt, flops, nbytes, e_c, e_m = decode_step_cost(st, pr, 1, row, batch, st.d[d, D_CONTEXT])
     if pr.ints[P_DECCOST] and st.stats[row, S_PEND_OPS] + st.stats[row, S_PEND_BYTES] > 0.0:
         x_t, x_c, x_m = elementwise_pass(pr.hf[1], st.stats[row, S_PEND_OPS], st.stats[row, S_PEND_BYTES])
         dt, e_c, e_m = dt + x_t, e_c + x_c, e_m + x_m
@@ -133,14 +163,34 @@ def decode_step_end(st, pr, d):
         spec_step_end(st, pr, d)
         return
     st.d[d, D_STEPS] = k + 1
-    st.d[d, D_CONTEXT] += batch
+    if pr.ints[P_REPLAY_DECODE] and st.d[d, D_REPLAY_N]:
+        _replayed(st, d, batch)
+    else:
+        st.d[d, D_CONTEXT] += batch
     while st.d[d, D_FIN_N] > 0 and st.fin[d, 0, 0] == k:
         r = heap_pop(st.fin, st.d, d)
-        need = pr.ri[r, PROMPT] + pr.ri[r, OUTPUT]
         st.d[d, D_RUNNING] -= 1
-        st.d[d, D_CONTEXT] -= need
-        st.d[d, D_KV_USED] -= need
+        st.d[d, D_CONTEXT] -= pr.ri[r, PROMPT] + pr.ri[r, OUTPUT]
+        st.d[d, D_KV_USED] -= pr.ri[r, UNITS]
         finish_request(st, r)
+
+
+@kernel(inline=True)
+def _replayed(st, d, batch):
+    """After a step with replay rows: each got its first token (context s + 1); the decode rows
+    one more token each."""
+    now = st.f[F_NOW]
+    rn = st.d[d, D_REPLAY_N]
+    st.d[d, D_CONTEXT] += batch - rn + st.d[d, D_REPLAY_S] + rn
+    r = st.d[d, D_REPLAY_HEAD]
+    while r >= 0:
+        st.t[r, FIRST_TOKEN] = now
+        r = st.r[r, BNEXT]
+    st.d[d, D_REPLAY_N] = 0
+    st.d[d, D_REPLAY_T] = 0
+    st.d[d, D_REPLAY_A] = 0
+    st.d[d, D_REPLAY_S] = 0
+    st.d[d, D_REPLAY_HEAD] = -1
 
 
 @kernel(inline=True)

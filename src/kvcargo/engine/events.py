@@ -31,7 +31,10 @@ from kvcargo.engine.state import (
     S_BYTES,
     S_EC,
     S_EM,
+    S_EO,
     S_FLOPS,
+    S_OPT_BUSY,
+    S_OPT_FLOPS,
     S_STEPS,
     STATUS,
     WAKING,
@@ -157,6 +160,15 @@ def charge_step(st, row, dt, flops, nbytes, e_c, e_m):
     st.stats[row, S_EC] += e_c
     st.stats[row, S_EM] += e_m
     st.stats[row, S_STEPS] += 1
+
+
+@kernel(inline=True)
+def charge_engine(st, row, dt, e_o, optical_flops, engine_bound):
+    """Add an optical transform engine's share of a step to instance ``row``'s totals."""
+    st.stats[row, S_EO] += e_o
+    st.stats[row, S_OPT_FLOPS] += optical_flops
+    if engine_bound:
+        st.stats[row, S_OPT_BUSY] += dt
 
 
 @kernel(inline=True)

@@ -31,7 +31,6 @@ from kvcargo.engine.state import (
     I_SEQ,
     I_STOP,
     LOG_FULL,
-    OUTPUT,
     P_COLOCATED,
     P_KVCAP,
     P_PREFILL_KVCAP,
@@ -41,6 +40,7 @@ from kvcargo.engine.state import (
     PROMPT,
     RELEASE,
     SLICE_READY,
+    UNITS,
     XFER_DONE,
 )
 
@@ -57,7 +57,7 @@ def arrive(st, pr, r):
     """Request ``r`` arrives: reject it if its KV can never fit (a decode instance; with
     reservation also a prefill instance's buffer), else queue it; then the arrival process
     waits for the next request."""
-    if pr.ri[r, PROMPT] + pr.ri[r, OUTPUT] > pr.ints[P_KVCAP] or (
+    if pr.ri[r, UNITS] > pr.ints[P_KVCAP] or (
             pr.ints[P_RESERVE] and pr.ri[r, PROMPT] > pr.ints[P_PREFILL_KVCAP]):
         reject_request(st, r)
     elif pr.ints[P_COLOCATED]:

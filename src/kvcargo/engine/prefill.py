@@ -11,7 +11,15 @@ taking prompts when that buffer is full.
 from __future__ import annotations
 
 from kvcargo._jit import kernel
-from kvcargo.engine.events import charge_step, fifo_cut, fifo_push, finish_request, schedule, wake
+from kvcargo.engine.events import (
+    charge_engine,
+    charge_step,
+    fifo_cut,
+    fifo_push,
+    finish_request,
+    schedule,
+    wake,
+)
 from kvcargo.engine.kernels import elementwise_pass
 from kvcargo.engine.pricing import prefill_step_cost
 from kvcargo.engine.reserve import handoff_ready
@@ -32,19 +40,25 @@ from kvcargo.engine.state import (
     P_GROUPS,
     P_HEAD,
     P_KV_HELD,
+    P_MIXED,
     P_PREFILL_KVCAP,
+    P_REPLAY_DECODE,
     P_RESERVE,
     P_SLICE,
     P_STATE,
     P_TAIL,
     P_TOKENS,
     PREFILL_DONE,
+    PREFILL_END,
     PREFILL_INST,
     PREFILL_START,
     PREFILL_WAKE,
     PROMPT,
     QNEXT,
     QUAD,
+    RQ_FLOPS,
+    RQ_MASK,
+    RQ_TOKENS,
     S_STEP_END,
     S_STEP_START,
     SLICE_READY,
@@ -85,6 +99,11 @@ def prefill_begin(st, pr, p):
     n = 0
     ops = 0.0
     nbytes = 0.0
+    xflops = 0
+    xtok = 0
+    xmask = 0
+    mixed = pr.ints[P_MIXED]
+    every = pr.ints[P_REPLAY_DECODE]
     st.p[p, P_BATCH] = r
     last = r
     while r >= 0 and (n == 0 or tokens + pr.ri[r, PROMPT] <= budget) and tokens + pr.ri[r, PROMPT] <= room:
@@ -92,7 +111,11 @@ def prefill_begin(st, pr, p):
         quad += pr.ri[r, QUAD]
         n += 1
         st.t[r, PREFILL_START] = now
-        if pr.ri[r, OUTPUT] > 1:
+        if mixed:
+            xflops += pr.rq[r, RQ_FLOPS]
+            xtok += pr.rq[r, RQ_TOKENS]
+            xmask |= pr.rq[r, RQ_MASK]
+        if pr.ri[r, OUTPUT] > 1 or every:
             ops += pr.rf[r, EP_OPS]
             nbytes += pr.rf[r, EP_BYTES]
         st.r[last, BNEXT] = r
@@ -105,7 +128,8 @@ def prefill_begin(st, pr, p):
     if pr.ints[P_RESERVE]:
         prefill_kv_change(st, p, tokens)
     hf = pr.hf[0]
-    dt, flops, by, e_c, e_m = prefill_step_cost(st, pr, 0, p, tokens, quad, n)
+    dt, flops, by, e_c, e_m, e_o, opt, engine_bound = prefill_step_cost(st, pr, 0, p, tokens, quad, n, xflops, xtok,
+                                                                         xmask)
     if pr.ints[P_ENDPOINT]:
         x_t, x_c, x_m = elementwise_pass(hf, ops, nbytes)
         dt = dt + x_t
@@ -114,6 +138,8 @@ def prefill_begin(st, pr, p):
         flops = flops + ops
         by = by + nbytes
     charge_step(st, p, dt, flops, by, e_c, e_m)
+    if mixed:
+        charge_engine(st, p, dt, e_o, opt, engine_bound)
     st.stats[p, S_STEP_START] = now
     st.stats[p, S_STEP_END] = now + dt
     st.p[p, P_STATE] = BUSY
@@ -127,10 +153,11 @@ def prefill_begin(st, pr, p):
 @kernel
 def _release_batch(st, pr, r, n):
     """One more part of every multi-token request of a batch (``n`` requests from ``r``) is
-    ready to move."""
+    ready to move (of every request when the first token comes from the decode side)."""
+    every = pr.ints[P_REPLAY_DECODE]
     for _ in range(n):
         nxt = st.r[r, BNEXT]
-        if pr.ri[r, OUTPUT] > 1:
+        if pr.ri[r, OUTPUT] > 1 or every:
             handoff_ready(st, pr, r, 1)
         r = nxt
 
@@ -150,12 +177,18 @@ def prefill_slice(st, pr, p):
 @kernel
 def prefill_done(st, pr, p):
     """The step ended: first tokens out, single-token requests finish, the instance takes its
-    next batch, and then (as new SimPy processes would) every hand-off asks for the link."""
+    next batch, and then (as new SimPy processes would) every hand-off asks for the link. When
+    the decode side replays the prompt's end, no token comes out here: every request is handed
+    off and only the end of its prefill is recorded."""
     now = st.f[F_NOW]
     head = st.p[p, P_BATCH]
     n = st.p[p, P_BATCH_N]
     r = head
     for _ in range(n):
+        if pr.ints[P_REPLAY_DECODE]:
+            st.tx[r, PREFILL_END] = now
+            r = st.r[r, BNEXT]
+            continue
         st.t[r, FIRST_TOKEN] = now
         if pr.ri[r, OUTPUT] <= 1:
             if pr.ints[P_RESERVE]:

@@ -43,12 +43,14 @@ def _with_draft_pass(pr, pool, step, f_d, w_d, o_d):
 
 
 @kernel
-def prefill_step_cost(st, pr, pool, row, tokens, quad, n):
+def prefill_step_cost(st, pr, pool, row, tokens, quad, n, xflops, xtok, xmask):
     """A prefill step over whole prompts on pool ``pool`` (0 prefill/colocated, 1 decode) of stats
-    row ``row``, then the draft's prefill of the same prompts: (time, FLOPs, bytes, compute J,
-    memory J)."""
+    row ``row`` (another model family's per-request terms ``xflops``, ``xtok``, ``xmask``), then the
+    draft's prefill of the same prompts: (time, FLOPs, bytes, compute J, memory J, and an optical
+    transform engine's conversion J, FLOPs and whether it bound the step)."""
+    e_o, opt, bound = 0.0, 0.0, False
     if pr.lf[pool, LF_ON] == 0.0:
-        flops, nbytes, dt, e_c, e_m = prefill_cost(pr, pool, tokens, quad, n)
+        flops, nbytes, dt, e_c, e_m, e_o, opt, bound = prefill_cost(pr, pool, tokens, quad, n, xflops, xtok, xmask)
     else:
         flops, w, o = prefill_parts(pr.mi, pr.mf, tokens, quad, n)
         dt, nbytes, e_c, e_m = _layout_pass(st, pr, pool, row, flops, w, o, tokens)
@@ -57,7 +59,8 @@ def prefill_step_cost(st, pr, pool, row, tokens, quad, n):
         f_d, w_d, o_d = prefill_parts(pr.mid, pr.mfd, tokens, quad, n)
         step, t_d = _with_draft_pass(pr, pool, step, f_d, w_d, o_d)
         st.stats[row, S_DRAFT_T] += 0.0 + t_d
-    return step
+    dt, flops, nbytes, e_c, e_m = step
+    return dt, flops, nbytes, e_c, e_m, e_o, opt, bound
 
 
 @kernel

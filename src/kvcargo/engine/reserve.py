@@ -21,13 +21,12 @@ from kvcargo.engine.state import (
     DEST,
     F_NOW,
     HELD,
-    OUTPUT,
     P_EARLY,
     P_KVCAP,
     P_RESERVE,
-    PROMPT,
     QNEXT,
     RESERVED,
+    UNITS,
     WANT_MEMORY,
 )
 
@@ -55,7 +54,7 @@ def try_reserve(st, pr, d):
     cap = pr.ints[P_KVCAP]
     r = st.d[d, D_RQ_HEAD]
     while r >= 0:
-        need = pr.ri[r, PROMPT] + pr.ri[r, OUTPUT]
+        need = pr.ri[r, UNITS]
         if st.d[d, D_KV_USED] + need > cap:
             break
         st.d[d, D_KV_USED] += need

@@ -30,13 +30,14 @@ SHARED, NIC, DOMAIN = 0, 1, 2
 # ``State.t``: per-request timestamps (NaN: did not happen).
 PREFILL_START, FIRST_TOKEN, KV_START, KV_READY, DECODE_START, FINISH = range(6)
 # ``State.tx`` (opt-in models only; one dummy row otherwise): when decode memory was asked for
-# and reserved; with a decode-side prefix cache, the fraction of the hand-off the receiver lacked.
-WANT_MEMORY, RESERVED, SEND_FRAC = range(3)
+# and reserved; with a decode-side prefix cache, the fraction of the hand-off the receiver lacked;
+# when the prefill step ended, if the first token comes from the decode side (CED replay there).
+WANT_MEMORY, RESERVED, SEND_FRAC, PREFILL_END = range(4)
 # ``State.r``: per-request integers (DEST: decode instance chosen before the transfer, or -1;
 # UNITS_DONE: units landed; HELD: slices ready while waiting for decode memory).
 # SENT: parts released into the network; PORT_A/PORT_B: the ports its units cross (by default
 # the cluster link alone: 0 and -1; set when the receiver is chosen before the transfer); BNEXT:
-# the next request of the same prefill batch.
+# the next request of the same prefill batch (later, of the same replay step on a decode instance).
 # Speculative decoding: TOKENS_OUT tokens produced, RNG its acceptance stream's state, VERIFY
 # the verify passes it took part in.
 (STATUS, PREFILL_INST, DECODE_INST, FIRST_STEP, QNEXT, DEST, UNITS_DONE, HELD, SENT, PORT_A, PORT_B,
@@ -44,16 +45,22 @@ WANT_MEMORY, RESERVED, SEND_FRAC = range(3)
 # ``State.p``: per prefill instance (colocated: the batch in flight of each instance).
 P_HEAD, P_TAIL, P_TOKENS, P_STATE, P_BATCH, P_BATCH_N, P_KV_HELD, P_SLICE = range(8)
 # ``State.d``: per decode (or colocated) instance; RQ: requests waiting to reserve memory.
-# LRU_*: the instance's prefix cache of prompt blocks (most recent at the head).
+# LRU_*: the instance's prefix cache of prompt blocks (most recent at the head). REPLAY_*: the
+# rows admitted since the last step when they are replayed in the next one (CED replay on
+# decode): count, replay tokens, replay attention FLOPs, prompt tokens, list head (via BNEXT).
 (D_HEAD, D_TAIL, D_QUEUED, D_RUNNING, D_CONTEXT, D_KV_USED, D_STEPS, D_STATE, D_IS_PREFILL, D_FIN_N,
- D_INCOMING, D_RQ_HEAD, D_RQ_TAIL, D_LRU_HEAD, D_LRU_TAIL, D_LRU_N) = range(16)
+ D_INCOMING, D_RQ_HEAD, D_RQ_TAIL, D_LRU_HEAD, D_LRU_TAIL, D_LRU_N, D_REPLAY_N, D_REPLAY_T, D_REPLAY_A,
+ D_REPLAY_S, D_REPLAY_HEAD) = range(21)
 # ``State.stats``: per instance (prefill instances first): totals, the step in flight's start,
 # (and end), decompression work waiting for the next decode step, prefill-side KV held (integral, peak,
 # time of the last change).
 # With a parallel layout: communication time and scale-up energy; with a draft: its time, the rows
-# verified and the tokens they gained.
+# verified and the tokens they gained; an optical transform engine's conversion J, FLOPs and
+# engine-bound time.
 (S_BUSY, S_FLOPS, S_BYTES, S_EC, S_EM, S_STEPS, S_STEP_START, S_STEP_END, S_PEND_OPS, S_PEND_BYTES,
- S_KV_INT, S_KV_PEAK, S_KV_LAST, S_COMM, S_SCALE_UP_J, S_DRAFT_T, S_VERIFY_ROWS, S_GAINED) = range(18)
+ S_KV_INT, S_KV_PEAK, S_KV_LAST, S_COMM, S_SCALE_UP_J, S_DRAFT_T, S_VERIFY_ROWS, S_GAINED, S_EO, S_OPT_FLOPS,
+ S_OPT_BUSY) = range(21)
+S_COLUMNS = 21
 # Units: part g of request r's hand-off is unit r·G + g (G: parts per hand-off). ``State.unext``
 # threads the port queues; ``State.uf`` (fair sharing only) holds bytes left and current rate.
 UF_LEFT, UF_RATE = range(2)
@@ -73,14 +80,20 @@ ARRIVAL_T, XFER_TIME, XFER_J, TRANSIT_J, EP_OPS, EP_BYTES = range(6)
 # (EXTRA: the latency the last pays); *_NV: over NVLink; EFF: bytes a fair-shared flow must move
 # (the in-transit stage's compute counted as bytes); DEC_*: decompression on the decode GPU.
 (SLICE_TIME, SLICE_EXTRA, XFER_TIME_NV, SLICE_TIME_NV, XFER_J_NV, EFF_BYTES, DEC_OPS, DEC_BYTES) = range(8)
-# ``Params.ri``: per-request integers (QUAD = prompt·(prompt + 1), the causal-attention term).
-PROMPT, OUTPUT, QUAD = range(3)
+# ``Params.ri``: per-request integers (QUAD = prompt·(prompt + 1), the causal-attention term;
+# UNITS: what it reserves of a decode instance's capacity, prompt + output tokens or one state).
+PROMPT, OUTPUT, QUAD, UNITS = range(4)
+# ``Params.rq`` (model classes beyond the transformer; one dummy row otherwise): per request, its
+# prompt's own FLOP term, replay tokens and padded-FFT-length bit (see kvcargo.stepcost).
+RQ_FLOPS, RQ_TOKENS, RQ_MASK = range(3)
 # ``Params.ints``: limits and switches.
 # P_SPEC: speculative decoding on (P_GAMMA drafted tokens per verify pass, P_SPEC_SEED).
+# P_MIXED: the model's step class is not the transformer's; P_REPLAY_DECODE: the first token comes
+# from a replay step on the decode instance (every request is handed off).
 (P_NPREFILL, P_COLOCATED, P_BUDGET, P_MAXBATCH, P_KVCAP, P_ENDPOINT, P_GROUPS, P_TOPOLOGY, P_FAIR, P_RESERVE,
  P_EARLY, P_DECCOST, P_PREFILL_KVCAP, P_PREFIX, P_BLOCK_TOKENS, P_CALIBRATED, P_SPEC, P_GAMMA,
- P_SPEC_SEED) = range(19)
-P_INTS = 19
+ P_SPEC_SEED, P_MIXED, P_REPLAY_DECODE) = range(21)
+P_INTS = 21
 # ``Params.pf``: per port, bandwidth of one channel (bytes/s), latency (s), channels.
 PF_BW, PF_LATENCY, PF_CHANNELS = range(3)
 
@@ -120,6 +133,14 @@ class Params(NamedTuple):
     """Per pool: the draft's roofline coefficients (no overhead)."""
     alpha: np.ndarray
     """Speculative decoding: acceptance probability per drafted token (one value)."""
+    rq: np.ndarray
+    xi: np.ndarray
+    xf: np.ndarray
+    """The step class and its coefficients (see :func:`kvcargo.stepcost.model_extension`)."""
+    eo: np.ndarray
+    """Per pool (prefill, decode): its optical transform engine (zeros: none)."""
+    ehf: np.ndarray
+    """Pool coefficients without the step overhead (an engine step adds it once, at the end)."""
 
 
 class State(NamedTuple):
@@ -179,17 +200,17 @@ def new_state(n: int, n_prefill: int, n_decode: int, n_stats: int, max_batch: in
     r[:, [PORT_B, BNEXT]] = -1
     p = np.zeros((n_prefill, 8), dtype=np.int64)
     p[:, [P_HEAD, P_TAIL, P_BATCH]] = -1
-    d = np.zeros((n_decode, 16), dtype=np.int64)
-    d[:, [D_HEAD, D_TAIL, D_RQ_HEAD, D_RQ_TAIL, D_LRU_HEAD, D_LRU_TAIL]] = -1
+    d = np.zeros((n_decode, 21), dtype=np.int64)
+    d[:, [D_HEAD, D_TAIL, D_RQ_HEAD, D_RQ_TAIL, D_LRU_HEAD, D_LRU_TAIL, D_REPLAY_HEAD]] = -1
     port_rows = np.zeros((len(ports), 3), dtype=np.int64)
     port_rows[:, [PORT_HEAD, PORT_TAIL]] = -1
     port_rows[:, PORT_FREE] = ports
     units = n * groups
     events = 4 * (n_prefill + n_decode + 3 * int(ports.sum())) + 128
     return State(
-        t=np.full((n, 6), np.nan), tx=np.full((n if extra else 1, 3), np.nan), r=r, p=p, d=d,
+        t=np.full((n, 6), np.nan), tx=np.full((n if extra else 1, 4), np.nan), r=r, p=p, d=d,
         fin=np.zeros((n_decode, max(1, min(max_batch, n)), 2), dtype=np.int64),
-        stats=np.zeros((n_stats, 18)), i=np.zeros(9, dtype=np.int64), f=np.zeros(4),
+        stats=np.zeros((n_stats, S_COLUMNS)), i=np.zeros(9, dtype=np.int64), f=np.zeros(4),
         evt=np.zeros(events), evi=np.zeros((events, 3), dtype=np.int64),
         unext=np.full(units, -1, dtype=np.int64), uf=np.zeros((units if fair else 1, 2)),
         active=np.zeros(units if fair else 1, dtype=np.int64), port_left=np.zeros(len(ports)),

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from kvcargo import parallel
+from kvcargo.ced import replay_on_decode
 from kvcargo.config import Resolved, SimConfig, colocated_pool, resolve
 from kvcargo.cost import Pool, elementwise_pass, kv_capacity, shape
 from kvcargo.engine import aot
@@ -32,6 +33,9 @@ from kvcargo.handoff import endpoint_work
 from kvcargo.levers import PoolLevers
 from kvcargo.linkmodel import link_transfers
 from kvcargo.speculative import Draft, draft_prefill_time, speculative_step_time
+from kvcargo.stepcost import ATTENTION, step_class
+from kvcargo.stepcost import decode_step as class_decode_step
+from kvcargo.stepcost import prefill_step as class_prefill_step
 from kvcargo.steps import step_cost
 
 TARGET = 0.9
@@ -92,8 +96,11 @@ def _prefill_ceiling(config: SimConfig, model, pool: Pool, p: float, compression
     s = max(1, round(p))
     if lever is not None and lever.layout is not None:  # with its communication
         t = parallel.prefill_time(model, pool, lever.layout, lever.scale_up, [s] * n, config.lm_head)
-    else:
+    elif step_class(model) == ATTENTION:
         t = step_cost(model, pool, "prefill", n, s, config.cost_model, config.lm_head)["time_s"]
+    else:  # FFT-mixing or CED (an encoder-only prefill pool when the decode side replays)
+        t = class_prefill_step(model, pool, [s] * n, config.lm_head, config.fft_efficiency,
+                               replay_on_decode(model) and config.mode != "colocated").time
     if draft is not None:  # the draft prefills the same prompts
         t += draft_prefill_time(draft.model, pool, [s] * n)
     if compression is not None and compression.at == "endpoint":
@@ -105,7 +112,8 @@ def _prefill_ceiling(config: SimConfig, model, pool: Pool, p: float, compression
 
 def _decode_ceiling(config: SimConfig, model, pool: Pool, kvcap: int, p: float, o: float,
                     lever: PoolLevers | None = None, draft: Draft | None = None) -> tuple[float, int, int, float]:
-    b = max(1, min(config.max_batch, math.floor(kvcap / (p + o))))
+    units = 1 if shape(model).state_bytes else p + o  # a distilled state is one unit
+    b = max(1, min(config.max_batch, math.floor(kvcap / units)))
     ctx = math.floor(p + o / 2)
     layout = lever.layout if lever is not None else None
     if draft is not None:  # a verify pass gains the expected tokens per row, (1 − α^(γ+1))/(1 − α)
@@ -113,8 +121,10 @@ def _decode_ceiling(config: SimConfig, model, pool: Pool, kvcap: int, p: float, 
         return b * draft.closed_form / t / max(1, o - 1), b, ctx, t
     if layout is not None:  # with its communication
         t = parallel.decode_time(model, pool, layout, lever.scale_up, b, ctx)
-    else:
+    elif step_class(model) == ATTENTION:
         t = step_cost(model, pool, "decode", b, ctx, config.cost_model)["time_s"]
+    else:
+        t = class_decode_step(model, pool, b, b * ctx, fft_efficiency=config.fft_efficiency).time
     return b / t / max(1, o - 1), b, ctx, t
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from kvcargo.metrics import handoff_start
 from kvcargo.simulation import SimResult
 
 MAX_EVENTS = 2_000_000
@@ -69,12 +70,13 @@ def trace_events(result: SimResult) -> list[dict[str, Any]]:
                                             f"{_scale_up(result, 'prefill')})"))
         for p in range(res.n_prefill):
             events.append(_meta(PREFILL, p, f"prefill-{p}"))
-    started = np.flatnonzero(~np.isnan(out.first_token))
+    ended = handoff_start(out)  # the first token, or the prefill's end when decode replays
+    started = np.flatnonzero(~np.isnan(ended))
     keys = np.stack([owner[started], out.prefill_start[started]], axis=1)
     _, first, counts = np.unique(keys, axis=0, return_index=True, return_counts=True)
     for i, n in zip(first, counts):
         r = started[i]
-        events.append(_step(pid, int(owner[r]), "prefill", out.prefill_start[r], out.first_token[r],
+        events.append(_step(pid, int(owner[r]), "prefill", out.prefill_start[r], ended[r],
                             {"requests": int(n), "first request": int(r)}))
     # transfers, each on the first channel free when it started
     moved = np.flatnonzero(~np.isnan(out.kv_start))

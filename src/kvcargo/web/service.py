@@ -90,7 +90,7 @@ def panel(result: HandoffResult, link_name: str, model_name: str, pool: Pool) ->
     """``kvcargo handoff``'s text panel as a title and (label, value, note) rows: the very strings
     the CLI prints, so the page and the terminal cannot disagree."""
     title, rows = handoff_cli.panel_rows(result, link_name, model_name, pool)
-    return {"title": title, "rows": rows}
+    return {"title": title, "rows": rows, "explain": handoff_cli.EXPLANATION.get(result.handoff_kind, "")}
 
 
 def catalog(catalog_files: Sequence[str] = ()) -> dict[str, Any]:

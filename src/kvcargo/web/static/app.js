@@ -102,6 +102,8 @@ async function updateCalculator() {
 
 function renderPanel(r) {
   $("#calc-title").textContent = r.panel.title;
+  $("#calc-explain").textContent = r.panel.explain;
+  $("#calc-explain").hidden = !r.panel.explain;
   const body = $("#calc-table tbody");
   body.replaceChildren();
   r.panel.rows.forEach(([label, value, note], i) => {
@@ -298,6 +300,16 @@ const SIM_FIELDS = [
   ["speculative", "Speculative draft", "select:models:off", "Parallelism and formats"],
   ["gamma", "Drafted tokens (gamma)", "int", "Parallelism and formats"],
   ["alpha", "Acceptance (alpha)", "float", "Parallelism and formats"],
+  ["ced_encoder_layers", "CED encoder layers (0: off)", "int", "Model family"],
+  ["ced_replay", "CED replay (tokens)", "int", "Model family"],
+  ["ced_replay_on", "CED replay on", "choice:|prefill|decode", "Model family"],
+  ["fft_efficiency", "FFT efficiency (digital)", "float", "Model family"],
+  ["ft_enob", "Optical engine ENOB", "int", "Model family"],
+  ["ft_static_w", "Optical engine static W", "float", "Model family"],
+  ["ft_mask_rate", "Optical mask rate (Hz)", "float", "Model family"],
+  ["ft_samples_per_s", "Optical samples/s", "float", "Model family"],
+  ["ft_detection", "Optical detection", "choice:|coherent|intensity", "Model family"],
+  ["ft_overlap", "Optical/digital overlap", "switch", "Model family"],
 ];
 const DRAFTS = [["mtp", "MTP head (one extra layer)"]];
 
@@ -305,7 +317,7 @@ function simDefault(name) {
   const d = state.catalog.defaults;
   if (name === "rate") return d.rate;
   const v = d.simulate[name];
-  return v === null || v === undefined ? "" : v;
+  return v === null || v === undefined ? "" : typeof v === "boolean" ? String(v) : v;
 }
 
 function setupSimulator(cat, presets) {
@@ -327,7 +339,8 @@ function setupSimulator(cat, presets) {
       fillSelect(input, [["false", "off"], ["true", "on"]]);
     } else if (kind.startsWith("choice:")) {
       input = el("select", { id: `sim-${name}`, name });
-      fillSelect(input, kind.slice(7).split("|").map((c) => [c, c]));
+      // a leading empty choice: unset (the model's or device's own value)
+      fillSelect(input, kind.slice(7).split("|").map((c) => [c, c || "model's / device's"]));
     } else {
       input = el("input", { id: `sim-${name}`, name, type: "number", step: kind === "int" ? "1" : "any" });
       if (name === "requests") input.max = cat.limits.max_requests;
@@ -389,7 +402,7 @@ function simBody() {
     const raw = input.value;
     if (raw === "") continue;
     const value = kind === "int" || kind === "float" ? Number(raw) : kind === "switch" ? raw === "true" : raw;
-    if (value === simDefault(name)) continue;
+    if (value === simDefault(name) || raw === String(simDefault(name))) continue;
     body[name] = value;
   }
   return body;
