@@ -27,16 +27,21 @@ ENABLED: bool = _numba is not None
 """True when the engine runs compiled."""
 
 
+KERNEL_SOURCES = ("engine/*.py", "workload/draws.py", "cost.py", "calibrated.py", "aiconfigurator_import.py",
+                  "stats.py", "metrics.py", "_jit.py")
+"""The files whose code or constants compiled kernels contain (kernels and what they inline)."""
+
+
 def _cache_dir() -> str:
-    """Where compiled kernels are cached: one folder per version of the package's sources.
+    """Where compiled kernels are cached: one folder per version of the kernels' sources.
 
     numba invalidates a cached kernel only when the file defining it changes, not when a kernel
-    it inlines does (the engine inlines the cost model's), so after an edit of ``cost.py`` the
-    engine would otherwise keep running the old cost model.
+    it inlines (the engine inlines the cost model's) or a constant it reads does, so after an
+    edit of ``cost.py`` the engine would otherwise keep running the old cost model.
     """
     root = Path(__file__).resolve().parent
     digest = hashlib.sha1()
-    for path in sorted(root.rglob("*.py")):
+    for path in sorted(p for pattern in KERNEL_SOURCES for p in root.glob(pattern)):
         digest.update(path.read_bytes())
     for base in (root / "__pycache__", Path(tempfile.gettempdir())):
         folder = base / f"kvcargo-numba-{digest.hexdigest()[:16]}"
