@@ -1,6 +1,7 @@
 """The engine against the truth: the published per-request runs and the SimPy oracle.
 
-* Every request of the seven published runs, bit for bit (``==`` on floats).
+* Every request of the seven published runs, bit for bit (``==`` on floats; one run's decode
+  stamps to one ulp, see :data:`ONE_ULP`).
 * Hypothesis-generated configurations (pools, heterogeneous devices, links, channels, codecs,
   placements, power caps and DVFS, small batch limits and budgets, rates from light to
   overloaded, rejections, fixed lengths and simultaneous arrivals that create exact ties): the
@@ -27,9 +28,9 @@ from kvcargo.engine.state import LOG_FULL, REJECTED
 from kvcargo.workload import Workload
 
 try:
-    from oracle import OracleResult, run_oracle
+    from oracle import OracleResult, run_resolved
 except ImportError:  # pragma: no cover - when tests/ is a package
-    from tests.oracle import OracleResult, run_oracle  # type: ignore[no-redef]
+    from tests.oracle import OracleResult, run_resolved  # type: ignore[no-redef]
 
 DATA = Path(__file__).resolve().parent / "data" / "reference-runs"
 STAMPS = ("prefill_start", "first_token", "kv_start", "kv_ready", "decode_start", "finish")
@@ -44,6 +45,10 @@ PUBLISHED = {
     "s10_h100p_a100d": {"decode_device": "a100"},
     "s10_2xa100p_h100d": {"prefill_device": "a100", "prefill": 2},
 }
+ONE_ULP = {"s10_h100p_a100d": ("decode_start", "finish")}
+"""Stamps that may differ by one ulp: this run's A100 decode steps follow a memory time of
+``(bytes/1e12)/(2.039·0.8)``, where reference-semantics §2 (and every random-configuration run of
+the companion) has ``bytes/((2.039 × 1e12 · 0.8)·n)``; its summary figures are equal either way."""
 
 
 @cache
@@ -64,6 +69,9 @@ def test_engine_reproduces_published_run(name: str) -> None:
     for col in STAMPS:
         ref = np.array([float(r[col]) if r[col] else math.nan for r in rows])
         ok = _same(getattr(out, col), ref)
+        if col in ONE_ULP.get(name, ()):
+            ulp = np.array([math.ulp(x) for x in ref])
+            ok |= np.abs(getattr(out, col) - ref) <= ulp
         assert ok.all(), f"{col}: first differing request {int(np.argmin(ok))}"
 
 
@@ -87,16 +95,6 @@ def test_engine_pauses_and_resumes_with_a_tiny_step_log(monkeypatch: pytest.Monk
 # ------------------------------------------------------------------- differential vs the oracle
 
 
-def _oracle(res) -> OracleResult:  # type: ignore[no-untyped-def]
-    c = res.config
-    return run_oracle(
-        res.workload, model=res.model, prefill_pool=res.prefill_pool, decode_pool=res.decode_pool,
-        n_prefill=c.prefill, n_decode=c.decode, link=res.link, channels=res.channels,
-        compression=res.compression, mode=c.mode, n_colocated=c.colocated_instances, lm_head=c.lm_head,
-        token_budget=c.token_budget, max_batch=c.max_batch,
-    )
-
-
 def assert_agree(out: EngineOutput, ora: OracleResult) -> None:
     """Every timestamp bit for bit; per-instance totals and link totals too."""
     assert np.array_equal(out.status == REJECTED, ora.rejected)
@@ -107,8 +105,8 @@ def assert_agree(out: EngineOutput, ora: OracleResult) -> None:
     assert out.stats[:, 0].tolist() == ora.busy_s
     assert out.stats[:, 3].tolist() == ora.compute_j and out.stats[:, 4].tolist() == ora.memory_j
     assert out.transfers == ora.n_transfers
-    assert math.isclose(out.link_j, ora.link_j, rel_tol=1e-12, abs_tol=1e-15)
-    assert math.isclose(out.link_busy_s, ora.link_busy_s, rel_tol=1e-12, abs_tol=1e-15)
+    assert out.link_j == ora.link_j and out.transit_j == ora.transit_j
+    assert out.link_busy_s == ora.link_busy_s
     # every token gap: the engine logs steps, the oracle keeps per-request lists
     for r in np.flatnonzero(~np.isnan(out.finish) & (out.output >= 2))[:50]:
         d, k, n = out.decode_inst[r], out.first_step[r], out.output[r] - 1
@@ -166,7 +164,7 @@ def test_engine_agrees_with_oracle(case: tuple[SimConfig, bool]) -> None:
     res = resolve(config)
     if ties:
         res = resolve(config, _with_ties(res.workload))
-    assert_agree(run(res), _oracle(res))
+    assert_agree(run(res), run_resolved(res))
 
 
 @pytest.mark.parametrize("kw", [
@@ -178,7 +176,7 @@ def test_engine_agrees_with_oracle(case: tuple[SimConfig, bool]) -> None:
 def test_engine_agrees_with_oracle_on_edge_cases(kw: dict) -> None:
     res = resolve(SimConfig.build(requests=kw.pop("requests", 150), **kw))
     out = run(res)
-    assert_agree(out, _oracle(res))
+    assert_agree(out, run_resolved(res))
     if "a100-40g" in kw.values():
         assert (out.status == REJECTED).any()
 
@@ -187,7 +185,7 @@ def test_simultaneous_arrivals_agree_with_oracle() -> None:
     res = resolve(SimConfig.build(requests=200, rate=20.0, prefill=2, decode=2, link_channels=2))
     res = resolve(res.config, _with_ties(res.workload))
     assert len(np.unique(res.workload.arrival)) < 100
-    assert_agree(run(res), _oracle(res))
+    assert_agree(run(res), run_resolved(res))
 
 
 @pytest.mark.parametrize("flags", [
@@ -196,18 +194,24 @@ def test_simultaneous_arrivals_agree_with_oracle() -> None:
      "--kv-compress-at", "endpoint"],
     ["--mode", "colocated", "--power-cap", "500", "--dvfs"],
     ["--link", "eth-25g", "--send", "layerwise", "--link-sharing", "fair", "--kv-reserve", "at-transfer"],
-], ids=["base", "2P2D-endpoint", "colocated-capped", "beyond"])
+    ["--model", "llama3-70b", "--devices-per-instance", "4", "--tp", "2", "--pp", "2", "--weight-format", "fp8",
+     "--rate", "3"],
+    ["--model", "mixtral-8x7b", "--devices-per-instance", "2", "--mode", "colocated", "--tp", "2", "--ep", "2",
+     "--expert-imbalance", "1.3", "--speculative", "mtp", "--gamma", "2"],
+    ["--speculative", "llama3.2-1b", "--prefill", "2", "--decode", "2", "--rate", "16", "--alpha", "0.9"],
+], ids=["base", "2P2D-endpoint", "colocated-capped", "beyond", "tp-pp-fp8", "moe-ep-speculative", "2P2D-speculative"])
 def test_compiled_and_plain_python_runs_are_bit_identical(tmp_path: Path, flags: list[str]) -> None:
-    """The fast path (numba) and the plain-Python path are one engine: same records, same summary."""
+    """The fast paths (numba ahead of time, numba's JIT) and the plain-Python path are one engine:
+    same records, same summary."""
     import os
     import subprocess
     import sys
 
     outputs = []
-    for jit in ("1", "0"):
+    for jit in ("1", "jit", "0"):
         csv_path = tmp_path / f"jit{jit}.csv"
         p = subprocess.run([sys.executable, "-m", "kvcargo", "simulate", "--requests", "300", *flags,
                             "--requests-csv", str(csv_path), "--json"], capture_output=True, text=True,
                            env={**os.environ, "KVCARGO_JIT": jit}, timeout=600, check=True)
         outputs.append((p.stdout, csv_path.read_bytes()))
-    assert outputs[0] == outputs[1]
+    assert outputs[0] == outputs[1] == outputs[2]

@@ -2,7 +2,7 @@
 
 Statistics follow the reference exactly: warm-up (the first 10% of completed requests by
 arrival) is excluded from latency and SLO figures; percentiles interpolate linearly between
-order statistics (the reference's evaluation order, RS §7); means are exact (``fsum``). Inter-token latencies are never
+order statistics by the reference's formula (not numpy's); means are exact (``fsum``). Inter-token latencies are never
 stored per token: every gap after a request's first is the difference of two consecutive step
 ends of its decode instance, so the pooled sample is the step gaps weighted by how many steady
 requests were in each step, plus each request's first gap.
@@ -19,7 +19,8 @@ from kvcargo._jit import kernel
 from kvcargo.cost import silicon_cost_usd
 from kvcargo.engine.cluster import EngineOutput
 from kvcargo.engine.state import DONE, REJECTED, S_BUSY, S_BYTES, S_EC, S_EM, S_FLOPS, S_STEPS
-from kvcargo.stats import exact_mean, exact_sum, percentiles, weighted_percentiles
+from kvcargo.lever_metrics import lever_summary
+from kvcargo.stats import exact_mean, exact_sum, exact_weighted_mean, percentiles, weighted_percentiles
 
 WARMUP_FRACTION = 0.1
 PERCENTILES = (50, 90, 99)
@@ -42,11 +43,10 @@ def describe(values: np.ndarray, prefix: str) -> dict[str, float]:
 
 
 def describe_weighted(values: np.ndarray, weights: np.ndarray, prefix: str) -> dict[str, float]:
-    """As :func:`describe` for a sample where ``values[i]`` occurs ``weights[i]`` times (the mean
-    is the exact sum of the rounded products ``value·weight``: deterministic, within an ulp or two
-    of the mean of the expanded sample)."""
+    """As :func:`describe` for a sample where ``values[i]`` occurs ``weights[i]`` times (the same
+    figures as the expanded sample's, bit for bit)."""
     n = int(weights.sum())
-    out = {f"{prefix}_mean": exact_sum(values * weights) / n if n else math.nan}
+    out = {f"{prefix}_mean": exact_weighted_mean(values, weights)}
     for p, v in zip(PERCENTILES, weighted_percentiles(values, weights, PERCENTILES)):
         out[f"{prefix}_p{p}"] = v
     out[f"{prefix}_max"] = float(values[weights > 0].max()) if n else math.nan
@@ -90,8 +90,15 @@ def itl_sample(out: EngineOutput, requests: np.ndarray) -> tuple[np.ndarray, np.
         values = np.concatenate(spans) if spans else np.zeros(0)
         return values, np.ones(len(values), dtype=np.int64)
     sel = requests[(out.output[requests] >= 2) & (out.first_step[requests] >= 0)]
-    return _token_gaps(out.steps[:, 1], out.step_inst[:, 0], max(1, out.resolved.n_decode),
-                       out.decode_inst[sel], out.first_step[sel], out.output[sel], out.first_token[sel])
+    speculative = out.resolved.levers.draft is not None
+    # a verify pass's tokens arrive together: one gap per pass, then zeros for the extra tokens
+    steps = out.verify_passes[sel] + 1 if speculative else out.output[sel]
+    values, weights = _token_gaps(out.steps[:, 1], out.step_inst[:, 0], max(1, out.resolved.n_decode),
+                                  out.decode_inst[sel], out.first_step[sel], steps, out.first_token[sel])
+    if speculative:
+        values = np.append(values, 0.0)
+        weights = np.append(weights, int(np.sum(out.output[sel] - steps)))
+    return values, weights
 
 
 @kernel
@@ -193,9 +200,13 @@ def summarize(out: EngineOutput) -> dict[str, Any]:
         s |= out.levers
         if "swap_J" in out.levers:
             s["share_swap"] = out.swap_j / s["energy_j"]
+    s |= lever_summary(out, s)
     latency = out.finish[done] - out.arrival[done]
-    s["littles_population"] = float(np.sum(latency)) / H if H > 0 else math.nan
+    s["littles_population"] = exact_sum(latency) / H if H > 0 else math.nan
     s["littles_expected"] = s["req_per_s"] * exact_mean(latency)
+    s["link_gbytes_per_s"] = s["link_gbps"]  # GB/s (bytes, not bits); "link_gbps" stays as a deprecated alias
+    s["clipped_prompts"] = res.workload.clipped_prompts
+    s["clipped_outputs"] = res.workload.clipped_outputs
     return s
 
 
@@ -206,7 +217,7 @@ def _stages(out: EngineOutput, steady: np.ndarray, e2e: float) -> dict[str, floa
     for k in STAGES:
         s[f"stage_{k}_s"] = means[k]
         s[f"share_{k}"] = means[k] / e2e if e2e else math.nan
-    s["kv_share_of_e2e"] = s["share_kv_wait"] + s["share_kv_transfer"]
+    s["kv_share_of_e2e"] = s["share_kv_wait"] + s["share_kv_transfer"]  # as §8.5's values are
     return s
 
 
@@ -220,15 +231,15 @@ def _link(out: EngineOutput) -> dict[str, Any]:
     moved = ~np.isnan(out.kv_start)
     full = out.wire_bytes[moved]
     wire = full * out.send_fraction[moved]
-    wire_bytes = float(wire.sum())
-    full_bytes = float(full.sum())
+    wire_bytes = exact_sum(wire)
+    full_bytes = exact_sum(full)
     n = out.transfers
     return {
         "transfers": n,
         "link_busy": _network_busy(out),
         "link_bytes": wire_bytes,
         "link_gbps": wire_bytes / H / 1e9 if H > 0 else math.nan,
-        "link_mean_wait_s": float(np.sum((out.kv_start - out.first_token)[moved])) / n if n else 0.0,
+        "link_mean_wait_s": exact_sum((out.kv_start - out.first_token)[moved]) / n if n else 0.0,
         "link_j": out.link_j,
         "transit_j": out.transit_j,
         "link_j_per_request": (out.link_j + out.transit_j) / max(1, n),
@@ -260,15 +271,21 @@ def _pools(out: EngineOutput) -> list[tuple[str, Any]]:
 
 
 def _energy(out: EngineOutput, out_tokens: int) -> dict[str, float]:
+    """Energy totals, grouped as §7 states (it decides the last bit): running sums over the
+    instances in creation order of static ``(idle·n)·H``, compute J and memory J, then
+    ``((static + compute) + memory) + link`` (+ in-transit)."""
     H = out.horizon
-    stats = out.stats
+    stats = out.stats.tolist()
     static = sum(pool.idle_w * H for _, pool in _pools(out))
-    compute = float(stats[:, S_EC].sum())
-    memory = float(stats[:, S_EM].sum())
+    compute = sum(row[S_EC] for row in stats)
+    memory = sum(row[S_EM] for row in stats)
+    scale_up = sum(row[1] for row in out.lever_stats)  # TP/PP/EP traffic inside instances
     total = static + compute + memory + out.link_j + out.transit_j
     if out.swap_j:
         total += out.swap_j
+    total += scale_up  # §7: swap J, then scale-up link J
     return {
+        "energy_scale_up_j": scale_up, "share_scale_up": scale_up / total,
         "energy_j": total,
         "energy_static_j": static, "energy_compute_j": compute, "energy_memory_j": memory,
         "energy_link_j": out.link_j, "energy_transit_j": out.transit_j,

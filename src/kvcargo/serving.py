@@ -24,6 +24,9 @@ PRESET_FIELDS = ("prompt", "prompt_cv", "output", "output_cv", "turns", "think",
                  "prefix_share")
 """Fields a ``--workload`` preset sets (giving them too is refused)."""
 HANDOFF_MODELS = ("send", "topology", "link_sharing", "kv_reserve", "decode_prefix_cache")
+PARALLEL_LEVERS = ("tp", "pp", "ep", "microbatches", "expert_imbalance", "scale_up_link", "prefill_tp", "prefill_pp",
+                   "decode_tp", "decode_pp", "weight_format", "kv_format", "compute_format", "speculative")
+"""Parallelism, number-format and speculative-decoding fields the scheduled engine does not model."""
 
 
 def _changed(c: SimConfig, name: str) -> bool:
@@ -74,6 +77,10 @@ def check_serving(c: SimConfig) -> None:
     if (c.scheduled or closed_loop) and (c.cost_model != "roofline" or c.link_model != "line-rate"):
         raise ValueError("the serving levers and multi-turn sessions are priced by the reference roofline and "
                          "link: drop --cost-model and --link-model")
+    parallel = [f for f in PARALLEL_LEVERS if _changed(c, f)]
+    if (c.scheduled or closed_loop) and parallel:
+        raise ValueError(f"the serving levers and multi-turn sessions run on single-device-equivalent BF16 "
+                         f"instances without a draft: drop --{parallel[0].replace('_', '-')}")
     if c.prefix_caching and c.decode_prefix_cache:
         raise ValueError("--prefix-caching and --decode-prefix-cache are two prefix caches: choose one")
 

@@ -2,9 +2,9 @@
 
 * :func:`exact_sum` — the correctly rounded sum (``math.fsum``'s result: it is unique, so a
   compiled Shewchuk summation gives the same float); means are ``exact_sum / n`` as
-  ``statistics.fmean``.
-* :func:`percentiles` — the reference's linear percentile (RS §7) from order statistics found by
-  partial sorting (O(n) instead of a full sort).
+  ``statistics.fmean`` (:func:`exact_weighted_mean` also for a sample given as multiplicities).
+* :func:`percentiles` — the reference's linear interpolation between order statistics
+  (reference-semantics §7), from order statistics found by partial sorting (O(n), not a sort).
 * :func:`weighted_order_stat` — order statistics of a sample given as (value, multiplicity).
 """
 
@@ -14,33 +14,34 @@ import math
 
 import numpy as np
 
-from kvcargo._jit import ENABLED, kernel
+from kvcargo._jit import fast, kernel
 
 
-@kernel
-def _shewchuk_sum(x):
-    """Correctly rounded sum of finite floats (CPython's fsum algorithm)."""
-    partials = np.empty(64)
-    n = 0
-    for k in range(x.shape[0]):
-        v = x[k]
-        i = 0
-        for j in range(n):
-            y = partials[j]
-            if abs(v) < abs(y):
-                v, y = y, v
-            hi = v + y
-            lo = y - (hi - v)
-            if lo != 0.0:
-                partials[i] = lo
-                i += 1
-            v = hi
-        if i >= partials.shape[0]:
-            bigger = np.empty(2 * partials.shape[0])
-            bigger[: partials.shape[0]] = partials
-            partials = bigger
-        partials[i] = v
-        n = i + 1
+@kernel(inline=True)
+def _add(partials, n, v):
+    """Add ``v`` to the non-overlapping partial sums ``partials[:n]`` (CPython's fsum step)."""
+    i = 0
+    for j in range(n):
+        y = partials[j]
+        if abs(v) < abs(y):
+            v, y = y, v
+        hi = v + y
+        lo = y - (hi - v)
+        if lo != 0.0:
+            partials[i] = lo
+            i += 1
+        v = hi
+    if i >= partials.shape[0]:
+        bigger = np.empty(2 * partials.shape[0])
+        bigger[: partials.shape[0]] = partials
+        partials = bigger
+    partials[i] = v
+    return partials, i + 1
+
+
+@kernel(inline=True)
+def _rounded(partials, n):
+    """The correctly rounded value of ``partials[:n]`` (CPython's fsum ending)."""
     if n == 0:
         return 0.0
     n -= 1
@@ -64,10 +65,51 @@ def _shewchuk_sum(x):
     return hi
 
 
+@kernel
+def _shewchuk_sum(x):
+    """Correctly rounded sum of finite floats (CPython's fsum algorithm)."""
+    partials = np.empty(64)
+    n = 0
+    for k in range(x.shape[0]):
+        partials, n = _add(partials, n, x[k])
+    return _rounded(partials, n)
+
+
+@kernel(inline=True)
+def _split(a):
+    """Veltkamp's split: ``a = hi + lo`` exactly, each half with at most 26 significant bits."""
+    c = 134217729.0 * a  # 2^27 + 1
+    hi = c - (c - a)
+    return hi, a - hi
+
+
+@kernel(inline=True)
+def _two_product(a, b):
+    """``(p, e)`` with ``p = fl(a·b)`` and ``a·b = p + e`` exactly (Dekker)."""
+    p = a * b
+    ah, al = _split(a)
+    bh, bl = _split(b)
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+@kernel
+def _weighted_sum(values, weights):
+    """Correctly rounded ``Σ values[i]·weights[i]`` over the exact products."""
+    partials = np.empty(64)
+    n = 0
+    for k in range(values.shape[0]):
+        if weights[k] != 0.0:
+            p, e = _two_product(values[k], weights[k])
+            partials, n = _add(partials, n, p)
+            if e != 0.0:
+                partials, n = _add(partials, n, e)
+    return _rounded(partials, n)
+
+
 def exact_sum(x: np.ndarray) -> float:
     """``math.fsum(x)``, compiled when numba is available."""
     x = np.ascontiguousarray(x, dtype=np.float64)
-    if ENABLED and len(x) > 256:
+    if fast(_shewchuk_sum) and len(x) > 256:
         return float(_shewchuk_sum(x))
     return math.fsum(x.tolist())
 
@@ -77,21 +119,36 @@ def exact_mean(x: np.ndarray) -> float:
     return exact_sum(x) / len(x) if len(x) else math.nan
 
 
+def exact_weighted_mean(values: np.ndarray, weights: np.ndarray) -> float:
+    """``statistics.fmean`` of the sample where ``values[i]`` occurs ``weights[i]`` times, without
+    expanding it: every product ``value·weight`` is the exact sum of two floats (Dekker's
+    two-product), and the correctly rounded sum of those is the expanded sample's ``fsum``."""
+    n = int(np.asarray(weights).sum())
+    if n == 0:
+        return math.nan
+    v = np.ascontiguousarray(values, dtype=np.float64)
+    w = np.ascontiguousarray(weights, dtype=np.float64)
+    if fast(_weighted_sum):
+        return float(_weighted_sum(v, w)) / n
+    return math.fsum(x for pair in map(_two_product, v.tolist(), w.tolist()) for x in pair) / n
+
+
 def _lerp(a: float, b: float, t: float) -> float:
-    """The reference's interpolation ``a + (b - a)·t`` (RS §7; not numpy's, which switches to
-    ``b - (b - a)(1 - t)`` for t ≥ 0.5)."""
+    """``a + (b − a)·t`` for every fraction t (numpy's percentile switches to
+    ``b − (b − a)(1 − t)`` for t ≥ 0.5, which differs in the last bit)."""
     return a + (b - a) * t
 
 
 def _ranks(n: int, p: float) -> tuple[int, int, float]:
-    virtual = ((n - 1) * p) / 100  # integer product, then one division (RS §7)
-    lo = math.floor(virtual)
-    return lo, min(lo + 1, n - 1), virtual - lo
+    """Order statistics and fraction of the p-th percentile of n values:
+    ``k = ((n − 1)·p)/100`` (product first, then one division), ``⌊k⌋``, ``⌈k⌉``, ``k − ⌊k⌋``."""
+    k = ((n - 1) * p) / 100
+    lo = math.floor(k)
+    return lo, math.ceil(k), k - lo
 
 
 def percentiles(x: np.ndarray, ps: tuple[float, ...]) -> list[float]:
-    """The reference's percentile (RS §7: numpy's 'linear' rank, evaluated as ``x[lo] + (x[hi] −
-    x[lo])·f``) for each p (NaN when empty), by partial sorting."""
+    """The p-th percentile of ``x`` for each p (NaN when empty), by partial sorting."""
     n = len(x)
     if n == 0:
         return [math.nan] * len(ps)
@@ -109,7 +166,7 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, ps: tuple[floa
         return [math.nan] * len(ps)
     ranks = [_ranks(n, p) for p in ps]
     wanted = np.array(sorted({k for lo, hi, _ in ranks for k in (lo, hi)}), dtype=np.int64)
-    if ENABLED:
+    if fast(_weighted_select):
         found = dict(zip(wanted.tolist(), _weighted_select(v, w, wanted).tolist()))
     else:
         order = np.argsort(v)  # ties need no order: equal values are interchangeable

@@ -3,9 +3,11 @@
 Written straight from the spec, independently of kvcargo's engine: one SimPy process per prefill
 instance, per decode (or colocated) instance, per request transfer and one for the arrivals; a
 SimPy ``Resource`` with ``channels`` slots is the single cluster-wide KV link; every queue is a
-FIFO list and an idle instance sleeps on an event that the next submit triggers. Only the step
-costs come from kvcargo (:mod:`kvcargo.cost`, :mod:`kvcargo.handoff`), which are tested elsewhere.
-It is slow and plain on purpose: its value is being obviously right.
+FIFO list and an idle instance sleeps on an event that the next submit triggers. Step costs,
+hand-offs and the summary are restated from the spec too (:mod:`oracle.costs`,
+:mod:`oracle.handoff`, :mod:`oracle.summary`): nothing of kvcargo's is used but the catalog
+entries and the configuration objects' fields (pool device, devices, cap, DVFS; codec, placement,
+keep). It is slow and plain on purpose: its value is being obviously right.
 """
 
 from __future__ import annotations
@@ -17,19 +19,8 @@ from typing import Any
 import numpy as np
 import simpy
 
-from kvcargo.catalog import Link, Model
-from kvcargo.cost import (
-    Pool,
-    decode_work,
-    elementwise_pass,
-    kv_capacity,
-    model_coefficients,
-    prefill_work,
-    roofline,
-    shape,
-)
-from kvcargo.handoff import Compression, endpoint_work, transfers
-from kvcargo.workload import Workload
+from . import costs, handoff
+from . import levers as lever_costs
 
 NAN = float("nan")
 
@@ -62,6 +53,34 @@ class OracleResult:
     link_j: float = 0.0
     transit_j: float = 0.0
     n_transfers: int = 0
+    requests: list[_Req] = field(default_factory=list)
+    instances: list[_Instance] = field(default_factory=list)
+    wire_bytes: list[float] = field(default_factory=list)
+    transit_bound: list[bool] = field(default_factory=list)
+    channels: int = 1
+    colocated: bool = False
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """The hardware of one instance, as the oracle reads it (kvcargo's ``Pool`` has these fields)."""
+
+    device: Any
+    """A catalog device entry."""
+    n: int = 1
+    power_cap_w: float | None = None
+    dvfs: bool = False
+    precision: str = "bf16"
+
+
+@dataclass(frozen=True)
+class CompressionSpec:
+    """A hand-off codec and its placement (kvcargo's ``Compression`` has these fields)."""
+
+    codec: Any
+    """A catalog codec entry."""
+    at: str = "transit"
+    keep: float | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -89,7 +108,11 @@ class _Instance:
     """One instance: a FIFO queue, the running decode batch, its KV reservation and totals."""
 
     env: simpy.Environment
-    hf: np.ndarray
+    name: str
+    device: str
+    n: int
+    die_mm2: float | None
+    cost: costs.Instance
     kv_cap: int
     queue: list[_Req] = field(default_factory=list)
     running: list[_Req] = field(default_factory=list)
@@ -100,6 +123,14 @@ class _Instance:
     nbytes: float = 0.0
     compute_j: float = 0.0
     memory_j: float = 0.0
+    steps: int = 0
+    served: int = 0
+    """Requests prefilled."""
+    batches: list[int] = field(default_factory=list)
+    """Batch size of every decode step."""
+    layout: lever_costs.Layout | None = None
+    """With the companion's levers: the instance's parallel layout and the draft's device."""
+    draft_cost: costs.Instance | None = None
 
     def submit(self, req: _Req) -> None:
         """Append to the queue and wake the instance if it sleeps."""
@@ -119,39 +150,54 @@ class _Instance:
         self.nbytes += nbytes
         self.compute_j += e_c
         self.memory_j += e_m
+        self.steps += 1
 
 
 class _Sim:
     """The whole cluster: builds the processes in the reference's creation order and runs."""
 
-    def __init__(self, wl: Workload, model: Model, prefill_pool: Pool, decode_pool: Pool, n_prefill: int,
-                 n_decode: int, link: Link, channels: int, compression: Compression | None, mode: str,
-                 n_colocated: int | None, lm_head: str, token_budget: int, max_batch: int) -> None:
+    def __init__(self, wl: Any, model: Any, prefill_pool: Any, decode_pool: Any, n_prefill: int,
+                 n_decode: int, link: Any, channels: int, compression: Any, mode: str,
+                 n_colocated: int | None, lm_head: str, token_budget: int, max_batch: int,
+                 levers: Any = None) -> None:
         self.env = env = simpy.Environment()
-        self.mi, self.mf = model_coefficients(model, lm_head)
+        self.shape = shape = costs.shape(model)
+        self.model, self.levers = model, levers
+        self.draft = levers.draft if levers is not None else None
+        self.rng: dict[int, int] = {}  # per request: its acceptance stream's state (§6.4)
+        handoff_tok = shape.kv_tok + (lever_costs.kv_tok(self.draft.model) if self.draft else 0)
+        self.lm_head, self.channels = lm_head, channels
         self.budget, self.max_batch, self.mode = token_budget, max_batch, mode
         self.reqs = [_Req(i, float(a), int(p), int(o))
                      for i, (a, p, o) in enumerate(zip(wl.arrival, wl.prompt, wl.output))]
-        kv_tok = shape(model).kv_per_token
-        handoff = np.array([r.prompt * kv_tok for r in self.reqs], dtype=np.float64)
-        if compression is not None and compression.at == "endpoint" and compression.ratio == 1.0 \
-                and compression.codec.ops_per_value == 0 and not compression.codec.fft:
-            compression = None  # "none" at the endpoint does nothing (§5)
-        self.compression = compression
-        self.xfer = transfers(link, compression, handoff, model.kv_bytes)
-        if compression is not None and compression.at == "endpoint":
-            self.ep_ops, self.ep_bytes = endpoint_work(compression, handoff, wl.prompt, model.kv_bytes)
+        codec = None if compression is None else handoff.codec(compression.codec, compression.at, compression.keep)
+        if codec is not None and codec.at == "endpoint" and codec.is_identity:
+            codec = None  # "none" at the endpoint does nothing (§5)
+        self.codec = codec
+        self.xfer = [handoff.transfer(link, codec, r.prompt * handoff_tok, model.kv_bytes) for r in self.reqs]
+        if codec is not None and codec.at == "endpoint":
+            self.ep_work = [handoff.endpoint_work(codec, r.prompt * shape.kv_tok, r.prompt, model.kv_bytes)
+                            for r in self.reqs]
         self.completed = self.rejected = 0
         self.done = env.event()
         self.link_busy = self.link_j = self.transit_j = 0.0
         self.n_transfers = 0
 
-        def inst(pool: Pool) -> _Instance:
-            return _Instance(env, pool.coefficients(), kv_capacity(model, pool))
+        if compression is not None and compression.codec.kind != "fixed":
+            raise ValueError("the oracle knows the reference's fixed-ratio codecs only")
+
+        def inst(name: str, pool: Any) -> _Instance:
+            if levers is not None:
+                return self.lever_instance(name, pool)
+            if pool.precision != "bf16":
+                raise ValueError("the oracle knows the reference's BF16 compute only")
+            d = pool.device
+            c = costs.instance(d, pool.n, pool.power_cap_w, pool.dvfs)
+            return _Instance(env, name, d.key, pool.n, d.die_mm2, c, costs.kv_capacity(shape, c))
 
         if mode == "disagg":
-            self.prefill = [inst(prefill_pool) for _ in range(n_prefill)]
-            self.decode = [inst(decode_pool) for _ in range(n_decode)]
+            self.prefill = [inst(f"prefill-{i}", prefill_pool) for i in range(n_prefill)]
+            self.decode = [inst(f"decode-{i}", decode_pool) for i in range(n_decode)]
             for p in self.prefill:
                 env.process(self.prefill_loop(p))
             for d in self.decode:
@@ -161,13 +207,70 @@ class _Sim:
             self.link = simpy.Resource(env, capacity=channels)
         elif mode == "colocated":
             n = n_colocated if n_colocated is not None else n_prefill + n_decode
-            self.instances = [inst(prefill_pool) for _ in range(n)]
+            self.instances = [inst(f"colocated-{i}", prefill_pool) for i in range(n)]
             for c in self.instances:
                 env.process(self.colocated_loop(c))
             self.admit_cap = self.instances[0].kv_cap
         else:
             raise ValueError(f"unknown mode {mode!r}")
         env.process(self.arrivals())
+
+    def lever_instance(self, name: str, pool: Any) -> _Instance:
+        """An instance under the companion's levers: compute at the format's native rate, the
+        pool's layout (a stage of tp GPUs, the scale-up link), the draft's device; the capacity
+        is the resolved one (its check values are pinned in the lever tests)."""
+        d = pool.device
+        speedup = 1.0 if pool.precision == "bf16" else d.lowp_speedup[pool.precision]
+        pl = self.levers.prefill if name.startswith("prefill") else self.levers.decode
+        c = costs.instance(d, pool.n, pool.power_cap_w, pool.dvfs, speedup)
+        i = _Instance(self.env, name, d.key, pool.n, d.die_mm2, c, pl.kv_capacity)
+        lay = pl.layout
+        if lay is not None:
+            i.layout = lever_costs.Layout(lay.tp, lay.pp, lay.ep, lay.microbatches, lay.imbalance,
+                                          costs.instance(d, lay.tp, pool.power_cap_w, pool.dvfs, speedup),
+                                          pl.scale_up.bandwidth, pl.scale_up.latency, pl.scale_up.pj_per_bit)
+        if self.draft is not None:
+            i.draft_cost = c
+        return i
+
+    def lever_step(self, inst: _Instance, prompts: list[int] | None) -> tuple[float, float, float, float, float]:
+        """A step under the levers (levers-parallel §2.2, §6.3): prefill of ``prompts`` or a decode
+        (verify) step over the running rows, then the draft's passes, added left to right."""
+        m, draft = self.model, self.draft
+        if prompts is not None:
+            flops, w, o, tokens = lever_costs.prefill_parts(m, prompts, self.lm_head)
+        else:
+            b = len(inst.running)
+            ctx = sum(r.prompt + r.tokens_out for r in inst.running)
+            parts = lever_costs.decode_parts(m, b, ctx) if draft is None else lever_costs.verify_parts(
+                m, b, ctx, draft.gamma)
+            flops, w, o, tokens = parts
+        t, nbytes, e_c, e_m = lever_costs.forward(m, inst.cost, inst.layout, flops, w, o, tokens)
+        if draft is not None:
+            if prompts is not None:
+                passes = [lever_costs.prefill_parts(draft.model, prompts, self.lm_head)]
+            else:
+                passes = [lever_costs.decode_parts(draft.model, b, ctx + j * b) for j in range(draft.gamma)]
+            for f_d, w_d, o_d, _ in passes:
+                t_d, c_d, m_d = costs.step(inst.draft_cost, f_d, w_d + o_d, overhead=0.0)
+                t, flops, nbytes, e_c, e_m = t + t_d, flops + f_d, nbytes + (w_d + o_d), e_c + c_d, e_m + m_d
+        return t, flops, nbytes, e_c, e_m
+
+    def gained(self, r: _Req) -> int:
+        """Tokens a row gains in a verify pass: draws until a rejection or γ acceptances, plus the
+        target's own token, capped at what is left (§6.4)."""
+        d = self.draft
+        if d is None:
+            return 1
+        state = self.rng.setdefault(r.i, (d.seed + r.i * 2654435761) % 2**32)
+        k = 0
+        while k < d.gamma:
+            state, u = lever_costs.mulberry32(state)
+            if u >= d.alpha:
+                break
+            k += 1
+        self.rng[r.i] = state
+        return min(k + 1, r.output - r.tokens_out)
 
     # ------------------------------------------------------------------------------ events
     def arrivals(self) -> Generator[simpy.Event, Any, None]:
@@ -200,34 +303,41 @@ class _Sim:
         the pass's FLOPs/bytes/energies are folded into the step's before accumulating (the
         reference's J/token for the fp8-endpoint run is reproduced only in this order).
         """
-        tokens = sum(r.prompt for r in batch)
-        quad = sum(r.prompt * (r.prompt + 1) for r in batch)
-        flops, nbytes = prefill_work(self.mi, self.mf, tokens, quad, len(batch))
-        t, e_c, e_m = roofline(inst.hf, flops, nbytes)
-        flops = int(flops)  # exact Python int, like the reference's FLOP counts
-        comp = self.compression
+        if self.levers is not None:
+            t, flops, nbytes, e_c, e_m = self.lever_step(inst, [r.prompt for r in batch])
+        else:
+            flops, nbytes = costs.prefill_work(self.shape, [r.prompt for r in batch], self.lm_head)
+            t, e_c, e_m = costs.step(inst.cost, flops, nbytes)
+        c = self.codec
         senders = [r for r in batch if r.output > 1]
-        if self.mode == "disagg" and comp is not None and comp.at == "endpoint" and senders:
-            ops = sum(float(self.ep_ops[r.i]) for r in senders)
-            eb = sum(float(self.ep_bytes[r.i]) for r in senders)
-            extra, x_c, x_m = elementwise_pass(inst.hf, ops, eb)
+        if self.mode == "disagg" and c is not None and c.at == "endpoint" and senders:
+            ops = eb = 0.0
+            for r in senders:
+                ops += self.ep_work[r.i][0]
+                eb += self.ep_work[r.i][1]
+            extra, x_c, x_m = costs.elementwise_pass(inst.cost, ops, eb)
             t, flops, nbytes, e_c, e_m = t + extra, flops + ops, nbytes + eb, e_c + x_c, e_m + x_m
         inst.charge(t, flops, nbytes, e_c, e_m)
+        inst.served += len(batch)
         return t
 
     def decode_step(self, inst: _Instance) -> Generator[simpy.Event, Any, None]:
         """One continuous-batching decode step over every running sequence (§6.2.4)."""
         env = self.env
-        ctx = sum(r.prompt + r.tokens_out for r in inst.running)
-        flops, nbytes = decode_work(self.mi, self.mf, len(inst.running), ctx)
-        t, e_c, e_m = roofline(inst.hf, flops, nbytes)
-        flops = int(flops)
+        if self.levers is not None:
+            t, flops, nbytes, e_c, e_m = self.lever_step(inst, None)
+        else:
+            ctx = sum(r.prompt + r.tokens_out for r in inst.running)
+            flops, nbytes = costs.decode_work(self.shape, len(inst.running), ctx)
+            t, e_c, e_m = costs.step(inst.cost, flops, nbytes)
         inst.charge(t, flops, nbytes, e_c, e_m)
+        inst.batches.append(len(inst.running))
         yield env.timeout(t)
         still = []
         for r in inst.running:
-            r.itls.append(env.now - r.last_token)
-            r.tokens_out += 1
+            n = self.gained(r)  # tokens of one verify pass arrive together: one gap, then zeros
+            r.itls += [env.now - r.last_token] + [0.0] * (n - 1)
+            r.tokens_out += n
             r.last_token = env.now
             if r.tokens_out >= r.output:
                 inst.kv_used -= r.prompt + r.output
@@ -270,16 +380,19 @@ class _Sim:
 
     def transfer(self, r: _Req) -> Generator[simpy.Event, Any, None]:
         env = self.env
-        duration = float(self.xfer.duration[r.i])
+        x = self.xfer[r.i]
+        duration = x.duration
         with self.link.request() as req:  # FCFS over the channels
             yield req
             r.kv_start = env.now
-            self.n_transfers += 1  # link totals accumulate in service order
-            self.link_busy += duration
-            self.link_j += float(self.xfer.link_j[r.i])
-            self.transit_j += float(self.xfer.transit_j[r.i])
+            self.n_transfers += 1
             yield env.timeout(duration)
         r.kv_ready = env.now
+        # link totals accumulate as transfers complete (with several channels that is not the
+        # order they started in; the companion's random run r24 tells the two apart)
+        self.link_busy += duration
+        self.link_j += x.link_j
+        self.transit_j += x.transit_j
         _least(self.decode, lambda d: len(d.queue) + len(d.running)).submit(r)
 
     def decode_loop(self, inst: _Instance) -> Generator[simpy.Event, Any, None]:
@@ -344,7 +457,9 @@ class _Sim:
             bytes=[i.nbytes for i in self.instances], compute_j=[i.compute_j for i in self.instances],
             memory_j=[i.memory_j for i in self.instances],
             link_busy_s=self.link_busy, link_j=self.link_j, transit_j=self.transit_j,
-            n_transfers=self.n_transfers,
+            n_transfers=self.n_transfers, requests=self.reqs, instances=self.instances,
+            wire_bytes=[x.wire_bytes for x in self.xfer], transit_bound=[x.transit_bound for x in self.xfer],
+            channels=self.channels, colocated=self.mode == "colocated",
         )
 
 
@@ -353,16 +468,29 @@ def _least(instances: list[_Instance], load: Any) -> _Instance:
     return min(instances, key=load)  # min() keeps the first of equal keys
 
 
-def run_oracle(workload: Workload, *, model: Model, prefill_pool: Pool, decode_pool: Pool, n_prefill: int = 1,
-               n_decode: int = 1, link: Link, channels: int = 1, compression: Compression | None = None,
+def run_oracle(workload: Any, *, model: Any, prefill_pool: Any, decode_pool: Any, n_prefill: int = 1,
+               n_decode: int = 1, link: Any, channels: int = 1, compression: Any = None,
                mode: str = "disagg", n_colocated: int | None = None, lm_head: str = "all",
-               token_budget: int = 8192, max_batch: int = 256) -> OracleResult:
+               token_budget: int = 8192, max_batch: int = 256, levers: Any = None) -> OracleResult:
     """Simulate ``workload`` on the cluster with the reference's event semantics (§6).
 
     ``mode="colocated"`` runs ``n_colocated`` (default ``n_prefill + n_decode``) instances of
     ``prefill_pool`` that do both phases; the link and ``compression`` are then unused.
+
+    ``workload`` needs ``arrival``, ``prompt``, ``output``; a pool ``device`` (catalog entry),
+    ``n``, ``power_cap_w``, ``dvfs``; ``compression`` a catalog ``codec``, ``at`` and ``keep``.
     """
     if mode == "colocated":
         compression = None
     return _Sim(workload, model, prefill_pool, decode_pool, n_prefill, n_decode, link, channels, compression,
-                mode, n_colocated, lm_head, token_budget, max_batch).run()
+                mode, n_colocated, lm_head, token_budget, max_batch, levers).run()
+
+
+def run_resolved(res: Any) -> OracleResult:
+    """The oracle on a resolved kvcargo configuration (``kvcargo.config.Resolved``): only its
+    fields are read — workload, model, pools, link, channels, codec and the counts."""
+    c = res.config
+    return run_oracle(res.workload, model=res.model, prefill_pool=res.prefill_pool, decode_pool=res.decode_pool,
+                      n_prefill=c.prefill, n_decode=c.decode, link=res.link, channels=res.channels,
+                      compression=res.compression, mode=c.mode, n_colocated=c.colocated_instances,
+                      lm_head=c.lm_head, token_budget=c.token_budget, max_batch=c.max_batch)

@@ -83,6 +83,9 @@ class Model(_Entry):
             object.__setattr__(self, "head_dim", self.d_model // self.heads)
         if self.kv_heads > self.heads:
             raise ValueError("kv_heads must not exceed heads")
+        if self.heads % self.kv_heads and self.kv_layout != "mla":
+            raise ValueError(f"kv_heads ({self.kv_heads}) must divide heads ({self.heads}): each K/V head "
+                             "serves a whole group of query heads")
         if self.experts and not 0 < self.top_k <= self.experts:
             raise ValueError("a mixture of experts needs 0 < top_k <= experts")
         self._check_layout()
@@ -130,10 +133,6 @@ class Device(_Entry):
     scale_up: str = "nvlink4"
     die_mm2: PositiveFloat | None = None
     price_usd: PositiveFloat | None = None
-    bw_unit: PositiveFloat = 1.0
-    """Unit in which the memory time is evaluated: ``(bytes/unit) / (bw/unit · eff · n)``.
-    Mathematically irrelevant; it fixes the last bit of the result (the reference computes the
-    A100's memory time in TB and TB/s, and kvcargo reproduces that bit for bit)."""
     kernel_tables: str | None = None
     """Measured kernel tables (``.npz`` from ``scripts/convert_aiconfigurator.py``) for
     ``--cost-model calibrated``; unset: the built-in set of the same key, if any."""

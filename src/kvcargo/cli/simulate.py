@@ -10,6 +10,7 @@ import click
 
 from kvcargo.cli.compare import GreedyFloats, compare_configs, refuse_ignored, sweep_rates
 from kvcargo.cli.options import config_from, sim_options
+from kvcargo.outputs import check_output
 
 
 def jsonable(x: Any) -> Any:
@@ -44,6 +45,9 @@ def command(as_json: bool, requests_csv: str | None, trace_file: str | None, sum
 
     if summary_only and (requests_csv or trace_file):
         raise click.UsageError("--summary-only keeps no per-request records: drop --requests-csv/--trace")
+    for flag, path, suffixes in (("--requests-csv", requests_csv, (".csv",)), ("--trace", trace_file, (".json",))):
+        if path:
+            check_output(path, flag, suffixes)
     if (compare or sweep_rate) and (requests_csv or trace_file or summary_only):
         raise click.UsageError("--compare and --sweep-rate make several runs: drop --requests-csv/--trace/"
                                "--summary-only")

@@ -904,5 +904,6 @@ def run_scheduled(res: Resolved):  # type: ignore[no-untyped-def]
         port_busy=np.array([sim.link_busy]), port_channels=np.array([res.channels]),
         link_busy_s=sim.link_busy, link_j=sim.link_j, transit_j=sim.transit_j, transit_bound=moved,
         wire_bytes=zeros if colocated else sim.xfer.wire_bytes,
+        lever_stats=np.zeros((len(sim.instances), 5)), verify_passes=np.zeros(n, dtype=np.int64),
         itl_values=itls, itl_offsets=offsets, levers=levers, swap_j=swap_j, spans=sim.spans,
     )

@@ -39,21 +39,34 @@ def _step(pid: int, tid: int, name: str, start: float, end: float, args: dict[st
             "args": args}
 
 
+def _scale_up(result: SimResult, role: str) -> str:
+    """A pool's layout and the share of its busy time spent communicating ('' without a layout)."""
+    lever = getattr(result.output.resolved.levers, "prefill" if role == "prefill" else "decode")
+    if lever.layout is None:
+        return ""
+    lay = lever.layout
+    return (f", tp {lay.tp} × pp {lay.pp}, {100 * result.summary[f'comm_frac_{role}']:.1f}% of busy time "
+            f"communicating over {lever.scale_up.name}")
+
+
 def trace_events(result: SimResult) -> list[dict[str, Any]]:
-    """The run as trace events (prefill batches, transfers, decode steps)."""
+    """The run as trace events (prefill batches, transfers, decode steps; a pool's name gives its
+    parallel layout and communication share)."""
     out = result.output
     res = out.resolved
     colocated = res.colocated
     events: list[dict[str, Any]] = []
     pool = "colocated" if colocated else "decode"
-    events.append(_meta(DECODE, None, f"{pool} pool ({res.decode_pool.n}× {res.decode_pool.device.key})"))
+    events.append(_meta(DECODE, None, f"{pool} pool ({res.decode_pool.n}× {res.decode_pool.device.key}"
+                                      f"{_scale_up(result, pool)})"))
     for d in range(res.n_decode):
         events.append(_meta(DECODE, d, f"{pool}-{d}"))
     # prefill batches: requests that started together on one instance
     owner = out.decode_inst if colocated else out.prefill_inst
     pid = DECODE if colocated else PREFILL
     if not colocated:
-        events.append(_meta(PREFILL, None, f"prefill pool ({res.prefill_pool.n}× {res.prefill_pool.device.key})"))
+        events.append(_meta(PREFILL, None, f"prefill pool ({res.prefill_pool.n}× {res.prefill_pool.device.key}"
+                                            f"{_scale_up(result, 'prefill')})"))
         for p in range(res.n_prefill):
             events.append(_meta(PREFILL, p, f"prefill-{p}"))
     started = np.flatnonzero(~np.isnan(out.first_token))
@@ -90,6 +103,8 @@ def trace_events(result: SimResult) -> list[dict[str, Any]]:
 
 def write_trace(result: SimResult, path: str | Path) -> None:
     """Write the trace as JSON (``{"traceEvents": [...]}``)."""
-    with open(path, "w", encoding="utf-8") as fh:
+    from kvcargo.outputs import atomic_path
+
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         json.dump({"traceEvents": trace_events(result), "displayTimeUnit": "ms",
                    "otherData": {"kvcargo": result.config.model_dump()}}, fh)

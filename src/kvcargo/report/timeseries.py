@@ -1,7 +1,7 @@
 """Per-request records → what the plots show: latency CDFs and the KV link over time.
 
 * :func:`latency_cdf` — quantiles of a sample at evenly spaced percentiles, computed exactly as
-  the summary computes its percentiles (numpy's linear interpolation), so the curve passes
+  the summary computes its percentiles (:func:`kvcargo.stats.percentiles`), so the curve passes
   through the summary's p50 and p99.
 * :func:`interval_series` — the time-average of a count of open intervals over equal bins,
   integrated exactly (no sampling): the mean over all bins times the span is the sum of the
@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kvcargo.stats import percentiles as quantiles
+
 if TYPE_CHECKING:
     from kvcargo.simulation import SimResult
 
@@ -31,7 +33,7 @@ def latency_cdf(sample: np.ndarray, percentiles: np.ndarray = CDF_PERCENTILES) -
     x = x[~np.isnan(x)]
     if len(x) == 0:
         return []
-    return np.percentile(x, percentiles).tolist()
+    return quantiles(x, tuple(percentiles.tolist()))
 
 
 def _area(points: np.ndarray, edges: np.ndarray) -> np.ndarray:

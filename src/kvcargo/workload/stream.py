@@ -27,6 +27,10 @@ class Workload:
     source: str = "generated"
     block_ids: np.ndarray | None = field(default=None, repr=False)
     block_offsets: np.ndarray | None = field(default=None, repr=False)
+    clipped_prompts: int = 0
+    """Generated prompt lengths the generator's bounds clipped (a trace's are never clipped)."""
+    clipped_outputs: int = 0
+    """Generated output lengths the generator's bounds clipped."""
     sessions: Sessions | None = field(default=None, repr=False)
     """Multi-turn sessions (prefix chains, closed-loop turns); later turns' arrivals are
     placeholders set during the run."""
