@@ -16,7 +16,9 @@ from typing import TypeVar
 F = TypeVar("F", bound=Callable)
 
 
-COMPILED_SOURCES = ("engine/*.py", "workload/*.py", "cost.py", "stats.py", "metrics.py", "_jit.py")
+COMPILED_SOURCES = (
+    "engine/*.py", "workload/*.py", "cost.py", "calibrated.py", "stats.py", "metrics.py", "_jit.py",
+)
 """The sources compiled code is built from: the modules that define kernels, the cost model the
 engine inlines, and the modules whose constants kernels read (numba freezes them in)."""
 
