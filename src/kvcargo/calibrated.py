@@ -221,7 +221,7 @@ def calibrated_step(ct: np.ndarray, cs: np.ndarray, hf: np.ndarray, prefill: boo
         t = cs[CS_DECODE_SCALE] * (table_at(ct, T_TOKENS, tokens, 1.0) + table_at(ct, T_LOGITS, tokens, 1.0)
                                    + table_at(ct, T_GENERATION, seqs, context / seqs + 1.0))
         overhead = cs[CS_DECODE_OVERHEAD]
-    e_c = flops * hf[HF_J_FLOP] * cs[CS_PJ_SCALE]  # the reference's coefficients (§2.3), scaled
+    e_c = flops * hf[HF_J_FLOP] * cs[CS_PJ_SCALE]
     e_m = nbytes * hf[HF_J_BYTE]
     if (e_c + e_m) / t > hf[HF_PDYN]:
         t = (e_c + e_m) / hf[HF_PDYN]
