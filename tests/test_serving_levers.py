@@ -70,7 +70,7 @@ def test_plain_python_engine_agrees() -> None:
     """The same runs with KVCARGO_JIT=0 (nothing compiled) print the same summaries."""
     cases = ["coloc_chunked512", "disagg_sessions_share05_plain"]
     code = ("import json,sys; from click.testing import CliRunner; from kvcargo.cli import _register, cli; "
-            "_register(); print(json.dumps([json.loads(CliRunner().invoke(cli, ['simulate', *a, '--json']).output)"
+            "_register(); print(json.dumps([json.loads(CliRunner().invoke(cli, ['simulate', *a, '--json']).stdout)"
             "['summary'] for a in json.loads(sys.argv[1])]))")
     long_rag = ["--model", "llama3-8b", "--workload", "long-rag", "--rate", "1"]  # sessions, compiled engine
     args = json.dumps([CHECKS[c]["args"] + ["--requests", "120"] for c in cases] + [long_rag + ["--requests", "120"]])
