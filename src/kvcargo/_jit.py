@@ -32,9 +32,10 @@ MODE = os.environ.get("KVCARGO_JIT", "auto")
 AVAILABLE: bool = MODE != "0" and importlib.util.find_spec("numba") is not None
 """True when numba is installed and not disabled."""
 
-COMPILED_SOURCES = ("engine/*.py", "workload/*.py", "cost.py", "stats.py", "metrics.py", "_jit.py")
-"""The sources compiled code is built from: the modules that define kernels, the cost model the
-engine inlines, and the modules whose constants kernels read (numba freezes them in)."""
+COMPILED_SOURCES = ("**/*.py",)
+"""The sources compiled code may be built from: every module of the package, since kernels are
+defined in several (the engine, the cost models, statistics), inline helpers from others and read
+their constants (numba freezes them in)."""
 
 
 def _cache_dir(base: str | None) -> str:

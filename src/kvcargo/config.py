@@ -249,6 +249,52 @@ class SimConfig(BaseModel):
         if self.link_model != "line-rate" and self.mode == "colocated":
             raise ValueError("--link-model shapes the hand-off: it needs --mode disagg")
         return self
+    # The companion's serving levers (levers-serving spec); defaults leave a run as the reference.
+    batch_policy: Literal["prefill-priority", "decode-priority", "chunked"] = "prefill-priority"
+    """Step scheduling: prefill first (reference), decode first, or chunked prefill mixed with
+    decode (Sarathi-Serve)."""
+    max_num_batched_tokens: Count | None = None
+    """Token budget of one scheduled step (default: --token-budget); giving it switches to the
+    scheduled engine."""
+    kv_policy: Literal["oracle", "pow2", "max", "paged"] = "oracle"
+    """Decode KV reservation: prompt + true output (reference), output rounded up to a power of two,
+    --max-seq-len, or paged blocks grown on demand with preemption (vLLM)."""
+    kv_block_size: Count | None = None
+    """With --kv-policy paged: tokens per KV block [default: 16]."""
+    max_seq_len: Count | None = None
+    """With --kv-policy max: tokens reserved per request at least [default: 2048]."""
+    preemption: Literal["recompute", "swap"] | None = None
+    """With --kv-policy paged: what a preempted request loses, its KV (recompute) or its place
+    (KV swapped to host memory) [default: recompute]."""
+    host_link: str | None = None
+    """With --preemption swap: the host link KV blocks are swapped over [default: pcie5]."""
+    prefix_caching: bool = False
+    """Keep prompt prefixes (system prompts, earlier turns) in an LRU cache; compute only the rest."""
+    workload: Literal["chat", "coding-agent", "offline-batch", "long-rag", "voice"] | None = None
+    """A named workload: lengths, SLOs and session shape (--rate is the session start rate)."""
+    turns: Count = 1
+    """Requests per session; later turns are released when the previous one finishes."""
+    think: NonNeg = 0.0
+    """Mean think time between turns (exponential), seconds."""
+    system_prompts: Annotated[int, Field(ge=0)] = 0
+    """Distinct shared system prompts (a session draws one)."""
+    system_len: Annotated[int, Field(ge=0)] = 0
+    """Tokens of each system prompt."""
+    prefix_share: Annotated[float, Field(ge=0, le=1)] | None = None
+    """Share of sessions that use a system prompt [default: 1.0]."""
+
+    @model_validator(mode="after")
+    def _check_serving(self) -> SimConfig:
+        from kvcargo.serving import check_serving
+
+        check_serving(self)
+        return self
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether a serving lever switches on the scheduled engine."""
+        return (self.batch_policy != "prefill-priority" or self.max_num_batched_tokens is not None
+                or self.kv_policy != "oracle" or self.prefix_caching)
 
     max_length: int = REFERENCE_MAX_LENGTH
     """Generated prompt and output lengths are clipped to [1, N] tokens (the reference generator's
@@ -361,6 +407,9 @@ class Resolved:
 
 def resolve(config: SimConfig, workload: Workload | None = None) -> Resolved:
     """Look everything up in the catalog, build the pools and the request stream."""
+    from kvcargo.serving import with_preset_slos
+
+    config = with_preset_slos(config)
     cat = catalog_mod.load(config.catalog)
     model = lever_model(config, cat.model(config.model))
     cat.device(config.device)
@@ -412,6 +461,11 @@ def load_workload(config: SimConfig) -> Workload:
         trace = read_trace(c.workload_file, arrival_col=c.arrival_col, prompt_col=c.prompt_col,
                            output_col=c.output_col, time_unit=c.time_unit)
         return transform(trace, time_scale=c.time_scale, rate=c.rate, limit=c.limit, window=c.window)
+    from kvcargo.serving import serving_workload
+
+    served = serving_workload(config)
+    if served is not None:
+        return served
     return generate(
         config.requests, config.arrival_rate,
         LengthDist(config.prompt, config.prompt_cv, hi=config.max_length),

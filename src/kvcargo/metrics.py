@@ -85,6 +85,10 @@ def stage_times(out: EngineOutput) -> dict[str, np.ndarray]:
 
 def itl_sample(out: EngineOutput, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every token gap after the first token of ``requests``, as (values, multiplicities)."""
+    if out.itl_values is not None:
+        spans = [out.itl_values[out.itl_offsets[r]:out.itl_offsets[r + 1]] for r in requests]
+        values = np.concatenate(spans) if spans else np.zeros(0)
+        return values, np.ones(len(values), dtype=np.int64)
     sel = requests[(out.output[requests] >= 2) & (out.first_step[requests] >= 0)]
     speculative = out.resolved.levers.draft is not None
     # a verify pass's tokens arrive together: one gap per pass, then zeros for the extra tokens
@@ -192,6 +196,10 @@ def summarize(out: EngineOutput) -> dict[str, Any]:
     s["instances"] = _instances(out)
     s |= _hotspot(s, res.colocated)
     s |= _cost(out, s["output_tok_per_s"])
+    if out.levers:
+        s |= out.levers
+        if "swap_J" in out.levers:
+            s["share_swap"] = out.swap_j / s["energy_j"]
     s |= lever_summary(out, s)
     latency = out.finish[done] - out.arrival[done]
     s["littles_population"] = exact_sum(latency) / H if H > 0 else math.nan
@@ -272,7 +280,10 @@ def _energy(out: EngineOutput, out_tokens: int) -> dict[str, float]:
     compute = sum(row[S_EC] for row in stats)
     memory = sum(row[S_EM] for row in stats)
     scale_up = sum(row[1] for row in out.lever_stats)  # TP/PP/EP traffic inside instances
-    total = static + compute + memory + out.link_j + out.transit_j + scale_up
+    total = static + compute + memory + out.link_j + out.transit_j
+    if out.swap_j:
+        total += out.swap_j
+    total += scale_up  # §7: swap J, then scale-up link J
     return {
         "energy_scale_up_j": scale_up, "share_scale_up": scale_up / total,
         "energy_j": total,

@@ -70,8 +70,11 @@ class SimResult:
                             for v in row])
 
 
-def simulate(config: SimConfig | None = None, workload: Workload | None = None, **overrides: Any) -> SimResult:
-    """Run one simulation. ``overrides`` are configuration fields (``rate=12, link="eth-25g"``)."""
+def simulate(config: SimConfig | None = None, workload: Workload | str | None = None, **overrides: Any) -> SimResult:
+    """Run one simulation. ``overrides`` are configuration fields (``rate=12, link="eth-25g"``);
+    ``workload`` is a request stream, or the name of a preset (the ``--workload`` field)."""
+    if isinstance(workload, str):
+        overrides["workload"], workload = workload, None
     if config is None:
         config = SimConfig.build(**overrides)
     elif overrides:

@@ -77,6 +77,16 @@ class EngineOutput:
     """Per instance: communication s, scale-up J, draft s, rows verified, tokens they gained."""
     verify_passes: np.ndarray
     """Speculative decoding, per request: the verify passes it took part in."""
+    itl_values: np.ndarray | None = None
+    itl_offsets: np.ndarray | None = None
+    """Scheduled engine: every request's token gaps, flat with offsets (a preemption makes them
+    irregular, so they are not derived from the step log)."""
+    levers: dict | None = None
+    """Scheduled engine: the serving levers' summary metrics."""
+    swap_j: float = 0.0
+    """Energy of KV swapped over the host link (paged KV with swap preemption)."""
+    spans: list | None = None
+    """Scheduled engine: (what, pool, instance, request, start, end) of every preemption."""
 
 
 def _ports(res: Resolved) -> tuple[np.ndarray, np.ndarray]:
@@ -205,6 +215,10 @@ def _dense_blocks(w) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untype
 
 def run(res: Resolved) -> EngineOutput:
     """Simulate a resolved configuration."""
+    from kvcargo.engine.scheduled import run_scheduled, uses_scheduled_engine
+
+    if uses_scheduled_engine(res):
+        return run_scheduled(res)
     params, xfer = build_params(res)
     n = len(params.rf)
     n_slots = res.n_decode if res.colocated else res.n_prefill

@@ -1,8 +1,9 @@
 """A Chrome trace-event JSON of a run (opens in Perfetto, ui.perfetto.dev, or chrome://tracing).
 
 One track per prefill instance (its batch steps), one per link channel (each transfer, named by
-its request), one per decode or colocated instance (its steps, with the batch size). Times are
-simulated microseconds.
+its request), one per decode or colocated instance (its steps, with the batch size) and, under the
+serving levers, one per instance whose requests were preempted (each span from the preemption to
+the re-admission or swap-in). Times are simulated microseconds.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ from kvcargo.simulation import SimResult
 MAX_EVENTS = 2_000_000
 """Beyond this many events the trace keeps the first ones (a viewer cannot load more anyway)."""
 
-PREFILL, LINK, DECODE = 1, 2, 3
+PREFILL, LINK, DECODE, PREEMPTED = 1, 2, 3, 4
+
+
+def _lane(inst: tuple[str, int], n_prefill: int) -> int:
+    """Track of an instance's preemptions (prefill instances first, as everywhere)."""
+    pool, i = inst
+    return i if pool == "prefill" else n_prefill + i
 
 
 def _meta(pid: int, tid: int | None, name: str) -> dict[str, Any]:
@@ -84,6 +91,13 @@ def trace_events(result: SimResult) -> list[dict[str, Any]]:
                                 {"bytes on the wire": float(out.wire_bytes[r]), "prompt": int(out.prompt[r])}))
     for (start, end), (inst, batch) in zip(out.steps[:MAX_EVENTS], out.step_inst[:MAX_EVENTS]):
         events.append(_step(DECODE, int(inst), "decode", start, end, {"batch": int(batch)}))
+    if out.spans:  # serving levers: requests preempted out of a batch (recomputed or swapped to host)
+        events.append(_meta(PREEMPTED, None, "preempted requests"))
+        for inst in sorted({(pool, i) for _, pool, i, _, _, _ in out.spans}):
+            events.append(_meta(PREEMPTED, _lane(inst, res.n_prefill), f"{inst[0]}-{inst[1]}"))
+        for what, pool, i, r, start, end in out.spans[:MAX_EVENTS]:
+            events.append(_step(PREEMPTED, _lane((pool, i), res.n_prefill), f"request {r} {what}", start, end,
+                                {"request": r}))
     return events[:MAX_EVENTS]
 
 

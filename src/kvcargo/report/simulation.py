@@ -6,6 +6,7 @@ from typing import Any
 
 from kvcargo.config import DEFAULT_RATE
 from kvcargo.metrics import STAGES
+from kvcargo.report.serving import scheduler_lines
 from kvcargo.report.levers import lever_config, lever_lines
 from kvcargo.report.text import bytes_, count, ms, pct, seconds, table
 
@@ -72,6 +73,7 @@ def render(config: dict[str, Any], s: dict[str, Any]) -> str:
     if s["silicon_usd"] == s["silicon_usd"]:
         out.append(f"  silicon (illustrative) ${s['silicon_usd']:,.0f}: "
                    f"{s['tok_per_s_per_kusd']:,.0f} tok/s per $1000")
+    out += scheduler_lines(s)
     out += lever_lines(s)
     out += ["", "Where time goes (mean over steady requests)"]
     out.append("  " + ", ".join(f"{k.replace('_', ' ')} {pct(s[f'share_{k}'], 0)}" for k in STAGES))

@@ -167,7 +167,22 @@ def result_table(summary: Mapping[str, Any]) -> list[dict[str, str]]:
         rejected = f" ({summary['rejected']:,} rejected: KV never fits)" if summary["rejected"] else ""
         return f"{summary['completed']:,} of {summary['requests']:,}{rejected}"
 
-    return [{"key": key, "label": label, "text": text(key)} for key, label in RESULT_ROWS]
+    rows = [{"key": key, "label": label, "text": text(key)} for key, label in RESULT_ROWS]
+    return rows + [{"key": key, "label": label, "text": show(summary[key])}
+                   for key, label, show in LEVER_ROWS if key in summary]
+
+
+LEVER_ROWS = [
+    ("mean_running", "Mean running batch", lambda x: f"{x:.2f}"),
+    ("kv_token_frac", "KV allocated that holds tokens", lambda x: pct(x)),
+    ("computed_prefill_tokens", "Prefill tokens computed", lambda x: f"{x:,}"),
+    ("preemptions", "Preemptions", lambda x: f"{x:,}"),
+    ("recompute_tokens", "Tokens recomputed", lambda x: f"{x:,}"),
+    ("swap_out_GB", "Swapped to host", lambda x: f"{x:.3f} GB"),
+    ("swap_seconds", "Host-link time", lambda x: f"{x:.3f} s"),
+    ("prefix_hit_tokens", "Prefix cache hits (tokens)", lambda x: f"{x:,}"),
+]
+"""Rows the serving levers add to the table (when their metric is in the summary)."""
 
 
 def run_simulation(config: dict[str, Any], bins: int = 200) -> dict[str, Any]:

@@ -273,6 +273,20 @@ const SIM_FIELDS = [
   ["kv_reserve", "Decode KV reserved", "choice:at-decode|at-transfer", "Hand-off"],
   ["cost_model", "Cost model", "choice:roofline|calibrated", "Pools"],
   ["link_model", "Link model", "choice:line-rate|measured", "Hand-off"],
+  ["batch_policy", "Batching", "choice:prefill-priority|decode-priority|chunked", "Scheduling & memory"],
+  ["max_num_batched_tokens", "Tokens per step", "int", "Scheduling & memory"],
+  ["kv_policy", "KV reservation", "choice:oracle|pow2|max|paged", "Scheduling & memory"],
+  ["kv_block_size", "KV block (tokens, paged)", "int", "Scheduling & memory"],
+  ["max_seq_len", "Reserved length (max)", "int", "Scheduling & memory"],
+  ["preemption", "Preemption (paged)", "choice:|recompute|swap", "Scheduling & memory"],
+  ["host_link", "Swap link", "select:links:pcie5", "Scheduling & memory"],
+  ["prefix_caching", "Prefix caching", "switch", "Scheduling & memory"],
+  ["workload", "Named workload", "choice:|chat|coding-agent|offline-batch|long-rag|voice", "Workload"],
+  ["turns", "Turns per session", "int", "Workload"],
+  ["think", "Think time (s)", "float", "Workload"],
+  ["system_prompts", "System prompts", "int", "Workload"],
+  ["system_len", "System prompt (tokens)", "int", "Workload"],
+  ["prefix_share", "Sessions with one", "float", "Workload"],
   ["tp", "Tensor parallel (tp)", "int", "Parallelism and formats"],
   ["pp", "Pipeline stages (pp)", "int", "Parallelism and formats"],
   ["ep", "Expert parallel (ep)", "int", "Parallelism and formats"],
@@ -308,6 +322,9 @@ function setupSimulator(cat, presets) {
       input = el("select", { id: `sim-${name}`, name });
       const entries = named(cat[table], table === "codecs" ? ["none"] : []);
       fillSelect(input, name === "speculative" ? [...DRAFTS, ...entries] : entries, { blank: blank ?? null });
+    } else if (kind === "switch") {
+      input = el("select", { id: `sim-${name}`, name });
+      fillSelect(input, [["false", "off"], ["true", "on"]]);
     } else if (kind.startsWith("choice:")) {
       input = el("select", { id: `sim-${name}`, name });
       fillSelect(input, kind.slice(7).split("|").map((c) => [c, c]));
@@ -371,7 +388,7 @@ function simBody() {
     }
     const raw = input.value;
     if (raw === "") continue;
-    const value = kind === "int" || kind === "float" ? Number(raw) : raw;
+    const value = kind === "int" || kind === "float" ? Number(raw) : kind === "switch" ? raw === "true" : raw;
     if (value === simDefault(name)) continue;
     body[name] = value;
   }
@@ -379,7 +396,7 @@ function simBody() {
 }
 
 function cliCommand(body) {
-  const args = Object.entries(body).map(([k, v]) => `--${k.replaceAll("_", "-")} ${v}`);
+  const args = Object.entries(body).map(([k, v]) => `--${k.replaceAll("_", "-")}${v === true ? "" : ` ${v}`}`);
   return ["kvcargo simulate", ...args].join(" ");
 }
 
