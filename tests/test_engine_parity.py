@@ -196,16 +196,17 @@ def test_simultaneous_arrivals_agree_with_oracle() -> None:
     ["--link", "eth-25g", "--send", "layerwise", "--link-sharing", "fair", "--kv-reserve", "at-transfer"],
 ], ids=["base", "2P2D-endpoint", "colocated-capped", "beyond"])
 def test_compiled_and_plain_python_runs_are_bit_identical(tmp_path: Path, flags: list[str]) -> None:
-    """The fast path (numba) and the plain-Python path are one engine: same records, same summary."""
+    """The fast paths (numba ahead of time, numba's JIT) and the plain-Python path are one engine:
+    same records, same summary."""
     import os
     import subprocess
     import sys
 
     outputs = []
-    for jit in ("1", "0"):
+    for jit in ("1", "jit", "0"):
         csv_path = tmp_path / f"jit{jit}.csv"
         p = subprocess.run([sys.executable, "-m", "kvcargo", "simulate", "--requests", "300", *flags,
                             "--requests-csv", str(csv_path), "--json"], capture_output=True, text=True,
                            env={**os.environ, "KVCARGO_JIT": jit}, timeout=600, check=True)
         outputs.append((p.stdout, csv_path.read_bytes()))
-    assert outputs[0] == outputs[1]
+    assert outputs[0] == outputs[1] == outputs[2]

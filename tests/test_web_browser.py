@@ -6,10 +6,12 @@ request outside the local server and raised no script error.
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,7 @@ pytest.importorskip("fastapi")
 from web_support import live_server  # noqa: E402
 
 from kvcargo import simulate  # noqa: E402
+from kvcargo.report.timeseries import plot_data  # noqa: E402
 from kvcargo.web import create_app  # noqa: E402
 from kvcargo.web.service import result_table  # noqa: E402
 
@@ -48,10 +51,13 @@ def browser() -> Iterator[object]:
         b.close()
 
 
-@pytest.fixture
-def page(browser, base_url: str) -> Iterator[object]:
-    """The page, loaded; requests that leave the local server are blocked and reported."""
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+@contextmanager
+def open_page(browser, url: str, width: int = 1280, panel: bool = True) -> Iterator[object]:
+    """The page at ``url``, ``width`` px wide, loaded (with the calculator's panel unless not
+    ``panel``); requests that leave the local server are blocked and reported, as are script
+    errors."""
+    base_url = url.split("/#")[0].rstrip("/")
+    context = browser.new_context(viewport={"width": width, "height": 1000})
     pg = context.new_page()
     outside: list[str] = []
     errors: list[str] = []
@@ -66,13 +72,22 @@ def page(browser, base_url: str) -> Iterator[object]:
     pg.route("**/*", gate)
     pg.on("pageerror", lambda e: errors.append(str(e)))
     pg.on("console", lambda m: errors.append(m.text) if m.type == "error" and "status of 4" not in m.text else None)
-    pg.goto(base_url + "/")
+    pg.goto(url)
     pg.wait_for_selector("body[data-ready='1']")
-    pg.wait_for_selector("#calc-table tr")
-    yield pg
-    context.close()
+    if panel:
+        pg.wait_for_selector("#calc-table tr")
+    try:
+        yield pg
+    finally:
+        context.close()
     assert outside == [], f"requests outside the local server: {outside}"
     assert errors == [], f"script errors: {errors}"
+
+
+@pytest.fixture
+def page(browser, base_url: str) -> Iterator[object]:
+    with open_page(browser, base_url + "/") as pg:
+        yield pg
 
 
 def cli_panel(*args: str) -> tuple[str, list[list[str]]]:
@@ -139,8 +154,11 @@ def test_prompt_slider_updates_the_panel_to_the_cli_numbers(page) -> None:
 def test_invalid_calculator_input_shows_the_error_then_recovers(page) -> None:
     page.fill("#calc-prompt", "0")
     page.wait_for_selector("#calc-error:not([hidden])")
-    assert page.text_content("#calc-error") == "invalid --prompt (got '0'): Input should be greater than or equal to 1"
-    assert "stale" in page.get_attribute("#calc-panel", "class")
+    shown = page.text_content("#calc-error")
+    assert "“Prompt tokens”" in shown and "--" not in shown and "greater than or equal to 1" in shown
+    assert page.get_attribute("#calc-prompt", "aria-invalid") == "true"
+    for panel in ("#calc-panel", "#calc-figure"):  # the numbers and the timeline are both stale
+        assert "stale" in page.get_attribute(panel, "class")
     page.select_option("#calc-model", "llama3-70b")
     page.fill("#calc-prompt", "1024")
     page.wait_for_function("() => document.querySelector('#calc-error').textContent.startsWith('Llama-3-70B does not')")
@@ -148,6 +166,8 @@ def test_invalid_calculator_input_shows_the_error_then_recovers(page) -> None:
     expect_panel(page, cli_panel("--model", "llama3-70b", "--prompt", "1024", "--devices-per-instance", "2"))
     assert page.is_hidden("#calc-error")
     assert "stale" not in page.get_attribute("#calc-panel", "class")
+    assert "stale" not in page.get_attribute("#calc-figure", "class")
+    assert page.get_attribute("#calc-prompt", "aria-invalid") is None
 
 
 def test_preset_run_shows_the_table_and_both_plots(page) -> None:
@@ -173,7 +193,8 @@ def test_preset_run_shows_the_table_and_both_plots(page) -> None:
     p99 = page.evaluate("() => document.getElementById('plot-cdf').data[1].x[198]")
     assert p99 == pytest.approx(summary["tpot_p99"] * 1e3, rel=1e-12)
     link = page.evaluate("() => document.getElementById('plot-link').data.map(t => [t.name, t.y.length])")
-    assert link == [["link busy (%)", 200], ["waiting for the link", 200]]
+    assert link == [["link busy (%, 2.9 s average)", 200], ["hand-offs waiting for the link (mean per 1.8 s)", 41]]
+    check_link_plot(page, simulate(link="eth-25g", rate=14))
     assert page.locator("#plot-cdf .scatterlayer .trace").count() == 3
     assert page.locator("#plot-link .scatterlayer .trace").count() == 2
     OUTPUT.mkdir(exist_ok=True)
@@ -191,10 +212,16 @@ def test_preset_run_shows_the_table_and_both_plots(page) -> None:
 
 
 def test_invalid_simulation_input_shows_the_error_not_a_broken_page(page) -> None:
+    page.fill("#sim-requests", "300")
+    page.click("#sim-run")
+    page.wait_for_selector("#sim-table tbody tr", timeout=120_000)
     page.fill("#sim-rate", "-1")
     page.click("#sim-run")
     page.wait_for_selector("#sim-error:not([hidden])")
-    assert page.text_content("#sim-error") == "invalid --rate (got -1): Input should be greater than 0"
+    shown = page.text_content("#sim-error")
+    assert "“Rate (req/s)”" in shown and "--" not in shown and "greater than 0" in shown
+    assert page.get_attribute("#sim-rate", "aria-invalid") == "true"
+    assert "stale" in page.get_attribute("#sim-results", "class")  # the table and both plots
     page.fill("#sim-rate", "8")
     page.fill("#sim-requests", "1000000")
     page.click("#sim-run")
@@ -203,7 +230,160 @@ def test_invalid_simulation_input_shows_the_error_not_a_broken_page(page) -> Non
     page.select_option("#sim-decode_device", "a100")
     page.click("#sim-run")
     page.wait_for_selector("#sim-error", state="hidden")
+    assert "stale" not in page.get_attribute("#sim-results", "class")
+    assert page.get_attribute("#sim-rate", "aria-invalid") is None
     page.wait_for_selector("#sim-table tbody tr")
     ttft = simulate(requests=400, decode_device="a100").summary["ttft_p99"]
     assert page.text_content("#sim-table tr[data-key='ttft_p99'] td.value") == f"{ttft * 1e3:,.1f} ms"
     assert page.is_visible("#calc-table")  # the rest of the page still works
+
+
+NICE = {1, 2, 2.5, 5}
+
+
+def check_link_plot(pg, result) -> None:
+    """Utilisation as a smoothed area that keeps the run's mean; the queue as steps; both y axes
+    with round ticks over four intervals, so that their grids coincide."""
+    traces = pg.evaluate("() => document.getElementById('plot-link').data.map(t => "
+                         "({x: t.x, y: t.y, fill: t.fill, shape: t.line.shape, axis: t.yaxis || 'y'}))")
+    busy, queue = traces
+    assert (busy["fill"], busy["shape"], busy["axis"]) == ("tozeroy", "spline", "y")
+    assert (queue["shape"], queue["axis"]) == ("hv", "y2")
+    raw = plot_data(result)["link"]
+    # the queue: the exact mean of each run of 5 bins, as steps from the run's start to its end
+    means = [sum(raw["queue"][i:i + 5]) / 5 for i in range(0, 200, 5)]
+    assert queue["y"] == pytest.approx([*means, means[-1]], rel=1e-12, abs=1e-12)
+    assert queue["x"][0] == pytest.approx(0, abs=1e-9) and queue["x"][-1] == pytest.approx(200 * raw["bin_s"])
+    assert max(busy["y"]) <= 100 + 1e-9 and sum(busy["y"]) / len(busy["y"]) == pytest.approx(
+        100 * sum(raw["busy"]) / len(raw["busy"]), rel=0.02)
+    roughness = lambda ys: sum(abs(a - b) for a, b in zip(ys, ys[1:]))  # noqa: E731
+    assert roughness(busy["y"]) < roughness([100 * b for b in raw["busy"]])
+    axes = pg.evaluate("() => { const l = document.getElementById('plot-link').layout; "
+                       "return [l.yaxis.range, l.yaxis.dtick, l.yaxis2.range, l.yaxis2.dtick]; }")
+    (lo1, hi1), step1, (lo2, hi2), step2 = axes
+    assert (lo1, hi1, step1) == (0, 100, 25)
+    assert lo2 == 0 and hi2 == pytest.approx(4 * step2) and hi2 >= max(means)
+    mantissa = step2 / 10 ** math.floor(math.log10(step2))
+    assert any(mantissa == pytest.approx(m) for m in NICE)
+
+
+def overflowing(pg) -> list[str]:
+    """Elements of the page that stick out of their card (or the page out of the window)."""
+    return pg.evaluate("""() => {
+      const out = [];
+      if (document.documentElement.scrollWidth > window.innerWidth) out.push('page: ' + document.documentElement.scrollWidth);
+      for (const card of document.querySelectorAll('.card')) {
+        const box = card.getBoundingClientRect();
+        for (const e of card.querySelectorAll('input, select, button, fieldset, label, table, svg, .plot, p')) {
+          const r = e.getBoundingClientRect();
+          if (r.width === 0) continue;  // hidden
+          if (r.left < box.left - 0.5 || r.right > box.right + 0.5) out.push(`${e.tagName}#${e.id}: ${r.left}-${r.right}`);
+        }
+      }
+      return out;
+    }""")
+
+
+def test_narrow_layout_fits_a_phone_and_keeps_its_text_readable(browser, base_url: str) -> None:
+    with open_page(browser, base_url + "/", width=420) as pg:
+        assert overflowing(pg) == []
+        # the timeline is drawn at its own width: one SVG unit per pixel, ticks at their 11 px
+        scale = pg.evaluate("() => { const s = document.getElementById('calc-timeline'); "
+                            "return s.getBoundingClientRect().width / s.viewBox.baseVal.width; }")
+        assert scale == pytest.approx(1, abs=0.01)
+        tick = pg.evaluate("() => document.querySelector('.tl-tick').getBoundingClientRect().height")
+        assert tick >= 10
+        label = pg.evaluate("() => { const t = document.getElementById('calc-exposed-label').getBoundingClientRect(); "
+                            "const s = document.getElementById('calc-timeline').getBoundingClientRect(); "
+                            "return [t.left >= s.left, t.right <= s.right + 0.5]; }")
+        assert label == [True, True]
+        # the controls stack: one select per row, two numbers per row
+        model, link = (pg.locator(sel).bounding_box() for sel in ("#calc-model", "#calc-link"))
+        assert link["y"] > model["y"] + model["height"] - 1
+        rate, requests = (pg.locator(sel).bounding_box() for sel in ("#sim-rate", "#sim-requests"))
+        assert rate["y"] == pytest.approx(requests["y"], abs=1) and requests["x"] > rate["x"] + rate["width"]
+
+        pg.fill("#sim-requests", "300")
+        pg.click("#sim-run")
+        pg.wait_for_selector("#plot-link .main-svg", timeout=120_000)
+        pg.click("#sim-pin")
+        pg.select_option("#sim-kv_compress", "fp8")
+        pg.click("#sim-run")
+        pg.wait_for_function("() => document.getElementById('plot-cdf').data.length === 6")
+        assert overflowing(pg) == []  # the results, the pinned column and the plots too
+        for plot in ("#plot-cdf", "#plot-link"):
+            width = pg.evaluate(f"() => document.querySelector('{plot} .main-svg').getBoundingClientRect().width")
+            assert width <= 420 - 20
+        OUTPUT.mkdir(exist_ok=True)
+        pg.screenshot(path=str(OUTPUT / "web-ui-420.png"), full_page=True)
+
+
+def table_columns(pg) -> dict[str, list[str]]:
+    heads = pg.eval_on_selector_all("#sim-table thead th", "hs => hs.filter(h => !h.hidden).map(h => h.textContent)")
+    rows = pg.eval_on_selector_all("#sim-table tbody tr", "rows => rows.map(r => [...r.children].map(c => c.textContent))")
+    return {h: [r[i] for r in rows] for i, h in enumerate(heads)}
+
+
+def test_pinned_run_is_overlaid_on_the_next_in_the_cdf_and_the_table(page) -> None:
+    page.select_option("#sim-preset", "eth-25g-14")
+    page.click("#sim-run")
+    page.wait_for_selector("#sim-table tbody tr", timeout=120_000)
+    assert page.is_hidden("#sim-unpin") and page.is_hidden("#sim-pinned-head")
+    page.click("#sim-pin")
+    assert page.text_content("#sim-pinned-command") == "kvcargo simulate --rate 14 --link eth-25g"
+    page.select_option("#sim-kv_compress", "fp8")
+    page.click("#sim-run")
+    page.wait_for_function("() => document.querySelector('#sim-command').textContent.includes('fp8')")
+    before, after = simulate(link="eth-25g", rate=14), simulate(link="eth-25g", rate=14, kv_compress="fp8")
+    cols = table_columns(page)
+    assert list(cols) == ["Metric", "This run", "Pinned", "Chapter"]
+    assert cols["This run"] == [r["text"] for r in result_table(after.summary)]
+    assert cols["Pinned"] == [r["text"] for r in result_table(before.summary)]
+    assert cols["Chapter"] == [""] * len(cols["Metric"])  # the run is no longer the preset's
+    traces = page.evaluate("() => document.getElementById('plot-cdf').data.map(t => [t.name, t.line.dash])")
+    assert traces == [["TTFT", "solid"], ["TPOT", "solid"], ["hand-off", "solid"],
+                      ["TTFT (pinned)", "dash"], ["TPOT (pinned)", "dash"], ["hand-off (pinned)", "dash"]]
+    p99 = page.evaluate("() => [document.getElementById('plot-cdf').data[1].x[198], "
+                        "document.getElementById('plot-cdf').data[4].x[198]]")
+    assert p99 == pytest.approx([after.summary["tpot_p99"] * 1e3, before.summary["tpot_p99"] * 1e3], rel=1e-12)
+    OUTPUT.mkdir(exist_ok=True)
+    page.screenshot(path=str(OUTPUT / "web-ui-pinned.png"), full_page=True)
+
+    page.click("#sim-unpin")
+    assert list(table_columns(page)) == ["Metric", "This run", "Chapter"]
+    assert page.evaluate("() => document.getElementById('plot-cdf').data.length") == 3
+
+
+def test_the_url_holds_the_page_state_and_a_reload_restores_it(browser, page) -> None:
+    page.fill("#calc-prompt", "4096")
+    page.check("#calc-send-layerwise")
+    expect_panel(page, cli_panel("--prompt", "4096", "--send", "layerwise"))
+    page.select_option("#sim-preset", "eth-25g-14")
+    page.click("#sim-run")
+    page.wait_for_selector("#sim-table tbody tr", timeout=120_000)
+    page.click("#sim-pin")
+    page.fill("#sim-requests", "400")
+    page.select_option("#sim-kv_compress", "fp8")
+    url = page.url
+    fragment = url.split("#", 1)[1]
+    assert fragment == ("c.prompt=4096&c.send=layerwise&s.rate=14&s.requests=400&s.link=eth-25g&s.kv_compress=fp8"
+                        "&pin=1&p.rate=14&p.link=eth-25g")
+    with open_page(browser, url) as shared:
+        expect_panel(shared, cli_panel("--prompt", "4096", "--send", "layerwise"))
+        assert [shared.input_value(f"#sim-{k}") for k in ("rate", "requests", "link", "kv_compress", "model")] == \
+            ["14", "400", "eth-25g", "fp8", "llama3-8b"]
+        shared.wait_for_selector("#sim-pinned:not([hidden])", timeout=120_000)  # the pinned run ran again
+        assert shared.text_content("#sim-pinned-command") == "kvcargo simulate --rate 14 --link eth-25g"
+        shared.click("#sim-run")
+        shared.wait_for_function("() => document.querySelector('#sim-command').textContent.includes('fp8')")
+        cols = table_columns(shared)
+        assert cols["Pinned"] == [r["text"] for r in result_table(simulate(link="eth-25g", rate=14).summary)]
+        assert cols["This run"] == [r["text"] for r in result_table(
+            simulate(link="eth-25g", rate=14, requests=400, kv_compress="fp8").summary)]
+        assert shared.url == url  # nothing changed: the same state, the same URL
+    with open_page(browser, url.split("#")[0] + "#c.prompt=oops&c.model=nope&s.link=nowhere&s.rate=9",
+                   panel=False) as odd:
+        shown = odd.wait_for_selector("#calc-error:not([hidden])").text_content()
+        assert "“Prompt tokens”" in shown  # a bad value from a URL is reported like a typed one
+        assert odd.input_value("#calc-model") == "llama3-8b" and odd.input_value("#sim-link") == "ib-ndr"
+        assert odd.input_value("#sim-rate") == "9"

@@ -15,6 +15,7 @@ from kvcargo.calibrated import tabulate
 from kvcargo.catalog import Link
 from kvcargo.config import Resolved
 from kvcargo.cost import kv_capacity, model_coefficients, shape
+from kvcargo.engine import aot
 from kvcargo.engine import state as S
 from kvcargo.engine.loop import run_events
 from kvcargo.engine.state import Params, by_reference, grown, new_state
@@ -197,6 +198,7 @@ def run(res: Resolved) -> EngineOutput:
                    int(params.ints[S.P_GROUPS]), bool(params.ints[S.P_FAIR]), log_capacity=guess,
                    n_blocks=int(params.blocks.max()) + 1 if params.ints[S.P_PREFIX] else 0,
                    extra=len(params.rx) == n)
+    aot.prepare(n * int(params.ints[S.P_GROUPS]))
     pr = by_reference(params)
     while (code := run_events(by_reference(st), pr)) != S.FINISHED:
         st = grown(st, code)

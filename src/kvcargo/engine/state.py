@@ -193,8 +193,11 @@ def grown(st: State, code: int) -> State:
 
 def by_reference(obj: State | Params) -> object:
     """What the engine is handed: the namedtuple itself in plain Python, a numba StructRef over
-    the same arrays when compiled (see _structs.py)."""
-    if not _jit.ENABLED:
+    the same arrays when compiled just in time (see _structs.py; the ahead-of-time engine takes
+    the plain arrays)."""
+    from kvcargo.engine import aot
+
+    if not _jit.compiled() or aot.in_use():
         return obj
     from kvcargo.engine._structs import by_reference as compiled
 

@@ -7,7 +7,9 @@ worker that dies is yielded as a :class:`TaskError` in place of that item's resu
 run never stops the others.
 
 * ``local`` (default): every core of this machine, one process each (``spawn``, so the workers
-  start clean and load the simulator's compiled cache from disk).
+  start clean and load the simulator's compiled cache from disk). A small job never starts them:
+  runs execute in this process until they have taken :data:`INLINE_SECONDS` of CPU time, a few
+  times what starting a worker costs, and only the rest goes to the pool.
 * ``ray`` (``kvcargo[ray]``): connects to ``--address`` / ``RAY_ADDRESS``, or starts a local
   Ray instance (and stops it afterwards).
 * ``dask`` (``kvcargo[dask]``): a ``distributed`` scheduler at ``--address`` /
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -36,6 +39,12 @@ from typing import Any
 from kvcargo.errors import KvcargoError
 
 BACKENDS = ("local", "ray", "dask")
+CONNECT_TIMEOUT_S = 60.0
+"""How long to wait for a Dask scheduler to answer and for its first worker to join."""
+INLINE_SECONDS = 4.0
+"""CPU seconds of runs the local backend does in its own process before it starts worker processes
+(each pays 1-2 s to import kvcargo and load the compiled engine on this project's 2-core
+machine, so on two cores the pool only pays for jobs of several seconds more)."""
 SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -120,9 +129,11 @@ class LocalBackend(Backend):
 
     name = "local"
 
-    def __init__(self, workers: int | None = None) -> None:
+    def __init__(self, workers: int | None = None, inline_seconds: float = INLINE_SECONDS) -> None:
         self.workers = workers or os.cpu_count() or 1
         self._pool: ProcessPoolExecutor | None = None
+        self._inline_s = 0.0
+        self._inline_budget = inline_seconds
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -132,10 +143,18 @@ class LocalBackend(Backend):
         return self._pool
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
-        if not items:
+        first = 0
+        while self._pool is None and first < len(items) and self._inline_s < self._inline_budget:
+            t = time.process_time()  # CPU time: a loaded machine does not make the job look bigger
+            result = run_chunk(fn, [items[first]])[0]
+            self._inline_s += time.process_time() - t
+            yield first, result
+            first += 1
+        if first == len(items):
             return
         pool = self._executor()
-        pending = {pool.submit(run_chunk, fn, [items[i] for i in r]): r for r in chunks(len(items), self.workers)}
+        pending = {pool.submit(run_chunk, fn, [items[first + i] for i in r]): range(first + r.start, first + r.stop)
+                   for r in chunks(len(items) - first, self.workers)}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
@@ -196,11 +215,16 @@ class RayBackend(Backend):
             except Exception as exc:  # noqa: BLE001 - surface as one line
                 raise KvcargoError(f"cannot start or reach Ray ({address or 'local'}): {exc}") from None
             self._started = True
-        self.workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self._fixed = workers
+        self.workers = workers or self._cpus()
         self._remote = ray.remote(run_chunk)
+
+    def _cpus(self) -> int:
+        return max(1, int(self._ray.cluster_resources().get("CPU", 1)))
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
         ray = self._ray
+        self.workers = self._fixed or self._cpus()  # nodes may have joined or left since
         fn_ref = ray.put(fn)
         pending = {self._remote.remote(fn_ref, [items[i] for i in r]): r for r in chunks(len(items), self.workers)}
         while pending:
@@ -229,18 +253,29 @@ class DaskBackend(Backend):
         self._cluster = None
         try:
             if address:
-                self._client = Client(address)
+                self._client = Client(address, timeout=CONNECT_TIMEOUT_S)
             else:
                 self._cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1,
                                              processes=True, dashboard_address=None)
                 self._client = Client(self._cluster)
         except Exception as exc:  # noqa: BLE001 - surface as one line
             raise KvcargoError(f"cannot start or reach Dask ({address or 'local'}): {exc}") from None
-        self.workers = workers or max(1, sum(self._client.nthreads().values()))
+        try:
+            self._client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+        except TimeoutError:
+            self.close()
+            raise KvcargoError(f"no Dask worker joined the scheduler at {address} within "
+                               f"{CONNECT_TIMEOUT_S:g} s (start some with: dask worker {address})") from None
+        self._fixed = workers
+        self.workers = workers or self._threads()
+
+    def _threads(self) -> int:
+        return max(1, sum(self._client.nthreads().values()))
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
         from distributed import as_completed
 
+        self.workers = self._fixed or self._threads()  # workers may have joined or left since
         parts = chunks(len(items), self.workers)
         futures = [self._client.submit(run_chunk, fn, [items[i] for i in r], pure=False) for r in parts]
         index = {f.key: r for f, r in zip(futures, parts)}

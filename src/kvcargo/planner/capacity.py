@@ -25,6 +25,7 @@ import numpy as np
 
 from kvcargo.config import Resolved, SimConfig, colocated_pool, resolve
 from kvcargo.cost import Pool, elementwise_pass, kv_capacity, shape
+from kvcargo.engine import aot
 from kvcargo.errors import KvcargoError
 from kvcargo.handoff import endpoint_work
 from kvcargo.linkmodel import link_transfers
@@ -204,6 +205,8 @@ def search(config: SimConfig, target: float = TARGET, rtol: float = RTOL, start:
     if not (start > 0 and math.isfinite(start)):
         raise KvcargoError(f"cannot search from a rate of {start!r} req/s")
     result = Search(0.0, target, rtol, start, 0.0, start, False)
+    if probe is probe_summary:  # the engine: compile it now if the whole search pays for it
+        aot.prepare(expected_probes(rtol) * config.requests, accumulate=False)
 
     def ok(rate: float) -> bool:
         s = probe(config.replace(rate=rate))
@@ -231,6 +234,12 @@ def search(config: SimConfig, target: float = TARGET, rtol: float = RTOL, start:
             hi = mid
     result.lo, result.hi, result.rate, result.feasible = lo, hi, lo, lo > 0
     return result
+
+
+def expected_probes(rtol: float) -> int:
+    """Simulations of a search that stays inside its start (the usual case): the first probe,
+    then halvings until the bracket is within ``rtol``."""
+    return 1 + math.ceil(math.log2(1 / rtol))
 
 
 def check_target(target: float, rtol: float) -> None:

@@ -2,19 +2,21 @@
 
 A :class:`SimPool` owns ``workers`` threads; each drives its own worker process (spawned, so it
 is safe next to the server's threads) over a pipe, one run at a time. A run that passes
-``timeout_s`` is stopped by killing its process (the next run on that thread starts a fresh
-one); runs beyond ``workers`` wait in a queue of at most ``queue`` and are refused when it is
-full. The server's event loop only awaits futures, so the calculator never waits for a
-simulation.
+``timeout_s`` is stopped by killing its process; the next run on that thread takes a warm spare
+(``spares`` processes are kept started and ready, and each one taken is replaced in the
+background), so it does not wait the seconds a new process takes to load the engine. Runs beyond
+``workers`` wait in a queue of at most ``queue`` and are refused when it is full. The server's
+event loop only awaits futures, so the calculator never waits for a simulation.
 """
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
+import queue as queue_mod
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -22,7 +24,10 @@ from typing import Any
 from kvcargo.errors import KvcargoError
 
 START_TIMEOUT_S = 300.0
-"""How long a new worker may take to start (the first start may compile the engine: ~15 s)."""
+"""How long a new worker may take to start (the first start after installing compiles the
+engine: up to a minute)."""
+WARM_UNITS = 100_000
+"""Work a worker prepares the engine for at start (see kvcargo.engine.aot.prepare)."""
 
 
 class SimulationTimeout(RuntimeError):
@@ -39,9 +44,13 @@ class WorkerFailed(RuntimeError):
 
 def _serve(conn: Connection) -> None:
     """A worker process: warm the engine up, then run jobs until the pipe closes."""
+    from kvcargo.engine import aot
     from kvcargo.web.service import run_simulation
 
-    run_simulation({"requests": 2})  # load (or compile) the engine before the first timed run
+    # Build the compiled engine now if it is missing (inside START_TIMEOUT_S, not a timed run):
+    # the runs the server allows are large enough for it to pay.
+    aot.prepare(WARM_UNITS, accumulate=False)
+    run_simulation({"requests": 2})
     conn.send(("ready", None))
     while True:
         try:
@@ -73,12 +82,15 @@ class _Worker:
 class SimPool:
     """Worker processes behind an async ``run(job)``; see the module docstring."""
 
-    def __init__(self, workers: int = 2, timeout_s: float = 30.0, queue: int = 8) -> None:
-        if workers < 1:
-            raise ValueError("workers must be at least 1")
-        self.workers, self.timeout_s, self.queue = workers, timeout_s, queue
+    def __init__(self, workers: int = 2, timeout_s: float = 30.0, queue: int = 8, spares: int = 1) -> None:
+        if workers < 1 or spares < 0:
+            raise ValueError("workers must be at least 1 and spares at least 0")
+        self.workers, self.timeout_s, self.queue, self.spares = workers, timeout_s, queue, spares
         self._ctx = mp.get_context("spawn")
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="kvcargo-sim")
+        self._starter = ThreadPoolExecutor(workers + spares, thread_name_prefix="kvcargo-sim-start")
+        self._ready: queue_mod.Queue[Future[_Worker]] = queue_mod.Queue()
+        """Spare workers, started or starting, oldest first."""
         self._local = threading.local()
         self._lock = threading.Lock()
         self._live: set[_Worker] = set()
@@ -88,18 +100,40 @@ class SimPool:
     # --------------------------------------------------------------- on the pool's threads
 
     def _worker(self) -> _Worker:
+        """This thread's worker: its own while alive, else the oldest spare (then replaced)."""
         w: _Worker | None = getattr(self._local, "worker", None)
         if w is not None and w.process.is_alive():
             return w
         if w is not None:
             self._forget(w)
+        self._add_spare()  # first, so that the oldest spare is taken and one always waits
+        try:
+            spare = self._ready.get_nowait()
+        except queue_mod.Empty:  # no spare kept (spares=0): start one for this thread
+            spare = self._starter.submit(self._start)
+        w = spare.result()
+        self._local.worker = w
+        return w
+
+    def _add_spare(self) -> None:
+        with self._lock:
+            if not self._closed and self.spares:
+                self._ready.put(self._starter.submit(self._start))
+
+    def _start(self) -> _Worker:
+        """A new worker process, once it has loaded the engine and said it is ready."""
         parent, child = self._ctx.Pipe()
         process = self._ctx.Process(target=_serve, args=(child,), daemon=True, name="kvcargo-sim-worker")
         process.start()
         child.close()
         w = _Worker(process, parent)
         with self._lock:
-            self._live.add(w)
+            closed = self._closed
+            if not closed:
+                self._live.add(w)
+        if closed:
+            w.stop()
+            raise WorkerFailed("the server is shutting down")
         if not parent.poll(START_TIMEOUT_S):
             self._forget(w)
             raise WorkerFailed("the simulation worker did not start in time")
@@ -108,7 +142,6 @@ class SimPool:
         except EOFError:
             self._forget(w)
             raise WorkerFailed("the simulation worker failed to start") from None
-        self._local.worker = w
         return w
 
     def _forget(self, w: _Worker) -> None:
@@ -158,7 +191,9 @@ class SimPool:
                 self._pending -= 1
 
     def warm(self) -> None:
-        """Start every worker in the background (returns at once)."""
+        """Start every worker and the spares in the background (returns at once)."""
+        for _ in range(self.spares):
+            self._add_spare()
         for _ in range(self.workers):
             self._executor.submit(self._call, None)
 
@@ -171,3 +206,4 @@ class SimPool:
         for w in live:
             w.stop()
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._starter.shutdown(wait=False, cancel_futures=True)

@@ -41,6 +41,8 @@ class LengthDist:
         return np.array([self.mean, self.cv, mu, math.sqrt(sigma2), self.lo, self.hi], dtype=np.float64)
 
 
+DRAW_PLAIN_S = 16e-6
+"""Seconds per request of drawing the workload as plain Python (this project's 2-core machine)."""
 CHUNK = 1 << 20
 """Uniforms drawn per batch (bounded memory for millions of requests)."""
 
@@ -51,6 +53,9 @@ def generate(n: int, rate: float, prompt: LengthDist, output: LengthDist, seed: 
         raise KvcargoError(f"number of requests must be >= 1, got {n}")
     if not (rate > 0 and math.isfinite(rate)):
         raise KvcargoError(f"rate must be a positive number of requests per second, got {rate:g}")
+    from kvcargo import _jit
+
+    _jit.expect_work(n * DRAW_PLAIN_S)  # before the import below: it then finds the compiled kernel
     from kvcargo.workload.draws import draw_requests, uniforms
 
     rng = random.Random(seed)

@@ -3,7 +3,8 @@
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
-const state = { catalog: null, presets: [], calcSeq: 0, calcAbort: null };
+const state = { catalog: null, presets: [], calcSeq: 0, calcAbort: null, handoff: null, last: null, pinned: null,
+  restored: false };
 
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
@@ -40,6 +41,7 @@ async function api(path, options = {}) {
     const msg = data && data.error ? data.error : `HTTP ${resp.status}`;
     const e = new Error(msg);
     e.status = resp.status;
+    e.field = data && typeof data.field === "string" ? data.field : null;
     throw e;
   }
   return data;
@@ -86,14 +88,15 @@ async function updateCalculator() {
   try {
     const r = await api("/api/handoff?" + calcParams().toString(), { signal: abort.signal });
     if (seq !== state.calcSeq) return;
-    showError("#calc-error", "");
-    $("#calc-panel").classList.remove("stale");
+    showFieldError("calc", null);
     renderPanel(r);
+    state.handoff = r;
     drawTimeline(r);
   } catch (err) {
     if (err.name === "AbortError" || seq !== state.calcSeq) return;
-    showError("#calc-error", err.message);
-    $("#calc-panel").classList.add("stale");
+    showFieldError("calc", err);
+  } finally {
+    saveState();
   }
 }
 
@@ -145,16 +148,24 @@ function layerSlices(tp, wire, layers) {
   return out;
 }
 
+// Drawn at the figure's own width in pixels (redrawn when it changes), so that its text stays
+// 11-12 px on a phone instead of shrinking with the picture.
 function drawTimeline(r) {
   const box = $("#calc-timeline");
   box.replaceChildren();
-  const W = 800, left = 150, right = 20, top = 18, rowH = 34;
+  const W = Math.max(280, Math.min(800, Math.round(box.clientWidth || 800))), H = 170;
+  const narrow = W < 560;
+  box.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  box.setAttribute("height", String(H));
+  const left = narrow ? 66 : 150, right = narrow ? 12 : 20, top = 18, rowH = 34;
   const tp = r.prefill_s, lat = r.latency_s, wire = r.transfer_s - r.latency_s;
   const layerwise = r.send === "layerwise";
   const landed = tp + r.exposed_s;
   const span = Math.max(landed, tp) * 1.04;
   const x = (t) => left + ((W - left - right) * t) / span;
-  const rows = [["prefill", 0], [layerwise ? `transfer, ${r.layers} slices` : "transfer (whole)", 1]];
+  const sent = narrow ? (layerwise ? `${r.layers} slices` : "transfer")
+    : (layerwise ? `transfer, ${r.layers} slices` : "transfer (whole)");
+  const rows = [["prefill", 0], [sent, 1]];
   for (const [label, i] of rows) {
     box.append(svg("text", { x: 8, y: top + i * rowH + 20, class: "tl-label" }, label));
   }
@@ -183,13 +194,13 @@ function drawTimeline(r) {
   box.append(svg("line", { x1: x(tp), x2: x(tp), y1: top, y2: ye, class: "tl-mark" }));
   box.append(svg("line", { x1: x(landed), x2: x(landed), y1: top, y2: ye, class: "tl-mark" }));
   const exposedText = r.panel.rows.find((row) => row[0] === "Exposed after prefill")[1];
-  const lx = Math.min(x(tp) + 4, W - right - 190);
+  const lx = Math.max(4, Math.min(x(tp) + 4, W - right - 190));
   box.append(svg("text", { x: lx, y: ye + 14, class: "tl-exposed-label", id: "calc-exposed-label" },
     `exposed after prefill: ${exposedText}`));
   // time axis
   const ya = top + 2 * rowH + 34;
   box.append(svg("line", { x1: x(0), x2: x(span), y1: ya, y2: ya, class: "tl-axis" }));
-  const step = niceStep(span, 6);
+  const step = niceStep(span, narrow ? 3 : 6);
   for (let t = 0; t <= span + 1e-15; t += step) {
     box.append(svg("line", { x1: x(t), x2: x(t), y1: ya, y2: ya + 5, class: "tl-axis" }));
     box.append(svg("text", { x: x(t), y: ya + 18, class: "tl-tick" }, t === 0 ? "0" : fmtMs(t)));
@@ -221,6 +232,14 @@ function setupCalculator(cat) {
   }
   for (const r of document.querySelectorAll('input[name="send"]')) r.addEventListener("change", updateCalculator);
   $("#calc-form").addEventListener("submit", (e) => e.preventDefault());
+  if (window.ResizeObserver) {
+    let width = 0;
+    new ResizeObserver(([entry]) => {
+      const w = Math.round(entry.contentRect.width);
+      if (w !== width && state.handoff) drawTimeline(state.handoff);
+      width = w;
+    }).observe($("#calc-timeline"));
+  }
   setPrompt(d.prompt, null);
 }
 
@@ -285,6 +304,7 @@ function setupSimulator(cat, presets) {
     }
     input.dataset.kind = kind;
     input.addEventListener("input", markCustom);
+    input.addEventListener("change", saveState);
     groups[group].append(el("label", {}, label + " ", input));
   }
   const byGroup = new Map();
@@ -296,6 +316,8 @@ function setupSimulator(cat, presets) {
   $("#sim-preset").addEventListener("change", (e) => applyPreset(e.target.value));
   $("#sim-defaults").addEventListener("click", () => { $("#sim-preset").value = ""; applyPreset(""); });
   $("#sim-form").addEventListener("submit", (e) => { e.preventDefault(); runSimulation(); });
+  $("#sim-pin").addEventListener("click", () => pinRun(state.last));
+  $("#sim-unpin").addEventListener("click", () => pinRun(null));
   applyPreset("");
 }
 
@@ -308,6 +330,7 @@ function markCustom() {
     $("#sim-preset").value = "";
     $("#sim-preset-note").textContent = "Custom configuration.";
   }
+  saveState();
 }
 
 function applyPreset(key) {
@@ -315,10 +338,12 @@ function applyPreset(key) {
   const p = state.presets.find((x) => x.key === key);
   if (!p) {
     $("#sim-preset-note").textContent = "The chapter's base scenario (the CLI defaults); edit anything.";
+    saveState();
     return;
   }
   for (const [name, value] of Object.entries(p.params)) $(`#sim-${name}`).value = value;
   $("#sim-preset-note").textContent = p.note;
+  saveState();
 }
 
 // The body: every field that differs from the CLI default (an empty field is the default).
@@ -326,7 +351,11 @@ function simBody() {
   const body = {};
   for (const [name, , kind] of SIM_FIELDS) {
     const input = $(`#sim-${name}`);
-    if (input.validity && input.validity.badInput) throw new Error(`invalid ${name}: not a number`);
+    if (input.validity && input.validity.badInput) {
+      const e = new Error(`${quoted(SIM_LABELS[name])} is not a number`);
+      e.field = name;
+      throw e;
+    }
     const raw = input.value;
     if (raw === "") continue;
     const value = kind === "int" || kind === "float" ? Number(raw) : raw;
@@ -341,19 +370,22 @@ function cliCommand(body) {
   return ["kvcargo simulate", ...args].join(" ");
 }
 
-async function runSimulation() {
-  let body;
-  try {
-    body = simBody();
-  } catch (err) {
-    showError("#sim-error", err.message);
-    return;
+// Run the form's configuration (or `given`, a body, for a pinned run restored from the URL).
+async function runSimulation(given = null) {
+  let body = given;
+  if (body === null) {
+    try {
+      body = simBody();
+    } catch (err) {
+      showFieldError("sim", err);
+      return null;
+    }
   }
-  const preset = state.presets.find((x) => x.key === $("#sim-preset").value) || null;
+  const preset = given ? null : state.presets.find((x) => x.key === $("#sim-preset").value) || null;
   const button = $("#sim-run");
   button.disabled = true;
   $("#sim-status").textContent = "running…";
-  showError("#sim-error", "");
+  showFieldError("sim", null);
   const abort = new AbortController();
   const timer = setTimeout(() => abort.abort(), (state.catalog.limits.timeout_s + 60) * 1000);
   try {
@@ -363,10 +395,11 @@ async function runSimulation() {
     });
     renderResults(r, body, preset);
     $("#sim-status").textContent = `done in ${r.wall_s.toFixed(2)} s`;
+    return state.last;
   } catch (err) {
-    showError("#sim-error", err.name === "AbortError" ? "no answer from the server" : err.message);
+    showFieldError("sim", err.name === "AbortError" ? new Error("no answer from the server") : err);
     $("#sim-status").textContent = "";
-    $("#sim-results").classList.add("stale");
+    return null;
   } finally {
     clearTimeout(timer);
     button.disabled = false;
@@ -374,19 +407,42 @@ async function runSimulation() {
 }
 
 function renderResults(r, body, preset) {
+  state.last = { body, result: r, preset, command: cliCommand(body) };
   $("#sim-results").hidden = false;
-  $("#sim-results").classList.remove("stale");
-  $("#sim-command").textContent = cliCommand(body);
+  showResults();
+}
+
+// The results panel: this run, the pinned run (its column and dashed curves) and the chapter.
+function showResults() {
+  const { result: r, preset, command } = state.last;
+  const pinned = state.pinned;
+  $("#sim-command").textContent = command;
+  $("#sim-pinned").hidden = !pinned;
+  $("#sim-pinned-command").textContent = pinned ? pinned.command : "";
+  $("#sim-unpin").hidden = !pinned;
+  $("#sim-pin").textContent = pinned ? "Pin this run instead" : "Pin this run";
+  $("#sim-pin").disabled = pinned === state.last;
+  $("#sim-pinned-head").hidden = !pinned;
   const chapter = {};
   if (preset) for (const c of preset.chapter) chapter[c.key] = c.unit === "%" ? `${c.text}%` : `${c.text} ${c.unit}`;
+  const before = {};
+  if (pinned) for (const row of pinned.result.table) before[row.key] = row.text;
   const tbody = $("#sim-table tbody");
   tbody.replaceChildren();
   for (const row of r.table) {
-    tbody.append(el("tr", { "data-key": row.key },
-      el("th", { scope: "row", text: row.label }), el("td", { class: "value", text: row.text }),
-      el("td", { class: "chapter", text: chapter[row.key] || "" })));
+    const cells = [el("th", { scope: "row", text: row.label }), el("td", { class: "value", text: row.text })];
+    if (pinned) cells.push(el("td", { class: "pinned", text: before[row.key] ?? "" }));
+    cells.push(el("td", { class: "chapter", text: chapter[row.key] || "" }));
+    tbody.append(el("tr", { "data-key": row.key }, ...cells));
   }
   plotResults(r);
+}
+
+// Pin `run` (a state.last record) to compare the next runs with; null unpins.
+function pinRun(run) {
+  state.pinned = run;
+  if (state.last) showResults();
+  saveState();
 }
 
 function plotResults(r) {
@@ -394,44 +450,150 @@ function plotResults(r) {
     showError("#sim-error", "plots unavailable: plotly is not installed (pip install 'kvcargo[ui]')");
     return;
   }
-  const cdf = r.plots.cdf;
-  const y = cdf.percentiles.map((p) => p / 100);
-  const traces = [["ttft", "TTFT"], ["tpot", "TPOT"], ["handoff", "hand-off"]]
-    .filter(([k]) => cdf[k].length)
-    .map(([k, name]) => ({ x: cdf[k].map((s) => s * 1e3), y, name, mode: "lines", type: "scatter" }));
-  const config = { displaylogo: false, responsive: true };
-  const base = { margin: { l: 60, r: 60, t: 40, b: 50 }, legend: { orientation: "h", y: -0.25 } };
-  Plotly.react("plot-cdf", traces, {
-    ...base, title: { text: "Latency CDF" },
-    xaxis: { title: { text: "latency (ms)" }, type: "log" }, yaxis: { title: { text: "fraction of requests" }, range: [0, 1] },
-  }, config);
-  const link = r.plots.link;
-  Plotly.react("plot-link", [
-    { x: link.t, y: link.busy.map((b) => 100 * b), name: "link busy (%)", type: "scatter", mode: "lines",
-      line: { shape: "hv" } },
-    { x: link.t, y: link.queue, name: "waiting for the link", type: "scatter", mode: "lines", yaxis: "y2",
-      line: { shape: "hv" } },
-  ], {
-    ...base, title: { text: `KV link over time (${link.channels} channel${link.channels > 1 ? "s" : ""})` },
-    xaxis: { title: { text: "time (s)" } },
-    yaxis: { title: { text: "busy (%)" }, range: [0, 105] },
-    yaxis2: { title: { text: "queue (hand-offs)" }, overlaying: "y", side: "right", rangemode: "tozero" },
-  }, config);
+  const pinned = state.pinned && state.pinned !== state.last ? state.pinned : null;
+  plotCdf(r.plots.cdf, pinned && { label: pinned.command, cdf: pinned.result.plots.cdf });
+  plotLink(r.plots.link);
+}
+
+// ------------------------------------------------------------------------------------- errors
+
+const CALC_LABELS = {
+  model: "Model", prompt: "Prompt tokens", link: "Link", kv_compress: "Compression", kv_keep: "Kept fraction",
+  kv_ratio: "Wire ratio", send: "Send", device: "Prefill device", devices_per_instance: "Devices per instance",
+};
+const SIM_LABELS = Object.fromEntries(SIM_FIELDS.map(([name, label]) => [name, label]));
+const quoted = (label) => `“${label}”`;
+
+// The server's message in the page's words: every option it names (`--kv-keep`, `invalid
+// kv_keep`) becomes the field's label as the page shows it; returns the text and those fields.
+function inPageTerms(message, labels) {
+  const fields = new Set();
+  const name = (flag) => flag.replaceAll("-", "_");
+  let text = message.replace(/--([a-z][a-z0-9-]*)/g, (whole, flag) => {
+    if (!(name(flag) in labels)) return whole;
+    fields.add(name(flag));
+    return quoted(labels[name(flag)]);
+  });
+  text = text.replace(/\b(invalid|parameter|unknown parameter) ([a-z][a-z0-9_]*)\b/g, (whole, word, field) => {
+    if (!(field in labels)) return whole;
+    fields.add(field);
+    return `${word} ${quoted(labels[field])}`;
+  });
+  return { text, fields };
+}
+
+// Show (err) or clear (null) the error of a card ("calc" or "sim"): the message names the
+// fields as the page does, those fields are marked invalid, and every panel the error makes
+// stale is greyed out until the next good answer.
+function showFieldError(card, err) {
+  const labels = card === "calc" ? CALC_LABELS : SIM_LABELS;
+  const prefix = card === "calc" ? "#calc-" : "#sim-";
+  for (const input of document.querySelectorAll(`${card === "calc" ? "#calc-form" : "#sim-form"} [aria-invalid]`)) {
+    input.removeAttribute("aria-invalid");
+  }
+  const panels = card === "calc" ? ["#calc-panel", "#calc-figure"] : ["#sim-results"];
+  if (!err) {
+    showError(`${prefix}error`, "");
+    for (const p of panels) $(p).classList.remove("stale");
+    return;
+  }
+  const { text, fields } = inPageTerms(err.message, labels);
+  if (err.field && err.field in labels) fields.add(err.field);
+  for (const field of fields) {
+    const input = card === "calc" && field === "send" ? null : $(`${prefix}${field}`);
+    if (input) input.setAttribute("aria-invalid", "true");
+  }
+  showError(`${prefix}error`, text);
+  for (const p of panels) $(p).classList.add("stale");
+}
+
+// ------------------------------------------------------------------------------ state in the URL
+
+function calcState() {
+  const d = state.catalog.defaults.handoff;
+  const out = {};
+  for (const [key, value] of calcParams()) {
+    if (value !== String(d[key] ?? "")) out[key] = value;
+  }
+  return out;
+}
+
+function simState(prefix = "#sim-") {
+  const out = {};
+  for (const [name] of SIM_FIELDS) {
+    const input = $(`${prefix}${name}`);
+    if (input.value === "" || (input.validity && input.validity.badInput)) continue;
+    if (input.value !== String(simDefault(name))) out[name] = input.value;
+  }
+  return out;
+}
+
+function saveState() {
+  if (!state.restored) return;
+  const pin = state.pinned ? Object.fromEntries(Object.entries(state.pinned.body).map(([k, v]) => [k, String(v)])) : null;
+  writeSharedState({ calc: calcState(), sim: simState(), preset: $("#sim-preset").value, pin });
+}
+
+function simBodyOf(values) {
+  const body = {};
+  for (const [name, , kind] of SIM_FIELDS) {
+    if (!(name in values)) continue;
+    body[name] = kind === "int" || kind === "float" ? Number(values[name]) : values[name];
+  }
+  return body;
+}
+
+// Put the URL's state into the form (unknown names and values are left out: a select keeps
+// only values it offers), then run the pinned configuration, if any, and pin it.
+async function restoreState(shared) {
+  for (const [key, value] of Object.entries(shared.calc)) {
+    if (key === "send") {
+      const radio = document.querySelector(`input[name="send"][value="${CSS.escape(value)}"]`);
+      if (radio) radio.checked = true;
+    } else if (key === "prompt") {
+      $("#calc-prompt").value = value;
+      $("#calc-prompt-range").value = value;
+    } else if (key in CALC_LABELS) {
+      setIfOffered($(`#calc-${key}`), value);
+    }
+  }
+  if (shared.preset && state.presets.some((p) => p.key === shared.preset)) {
+    $("#sim-preset").value = shared.preset;
+    applyPreset(shared.preset);
+  } else {
+    for (const [name, value] of Object.entries(shared.sim)) if (name in SIM_LABELS) setIfOffered($(`#sim-${name}`), value);
+  }
+  state.restored = true;
+  updateCalculator();
+  if (shared.pin) {
+    const run = await runSimulation(simBodyOf(shared.pin));
+    if (run) pinRun(run);
+  }
+}
+
+function setIfOffered(input, value) {
+  if (input.tagName === "SELECT" && ![...input.options].some((o) => o.value === value)) return;
+  input.value = value;
 }
 
 // ---------------------------------------------------------------------------------------- start
 
 async function main() {
+  const shared = readSharedState();
   try {
     const [cat, presets] = await Promise.all([api("/api/catalog"), api("/api/presets")]);
     state.catalog = cat;
     state.presets = presets;
     setupCalculator(cat);
     setupSimulator(cat, presets);
-    document.body.dataset.ready = "1";
   } catch (err) {
     showError("#load-error", `cannot load the page's data: ${err.message}`);
+    for (const card of document.querySelectorAll(".card")) card.classList.add("stale");
+    return;
   }
+  const pinning = restoreState(shared);
+  document.body.dataset.ready = "1";
+  await pinning;
 }
 
 main();
