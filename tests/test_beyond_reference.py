@@ -215,8 +215,9 @@ def beyond(draw: st.DrawFn) -> SimConfig:
         "topology": draw(st.sampled_from(["shared", "nic", "nvlink-domain"])),
         "link_sharing": draw(st.sampled_from(["fcfs", "fair"])),
         "kv_reserve": draw(st.sampled_from(["at-decode", "at-transfer"])),
-        "domain_size": draw(st.sampled_from([1, 2, 8])),
     }
+    if kw["topology"] == "nvlink-domain":
+        kw["domain_size"] = draw(st.sampled_from([1, 2, 8]))
     if kw["send"] == "layerwise" and draw(st.booleans()):
         kw["layer_groups"] = draw(st.integers(1, 8))
     if draw(st.booleans()):

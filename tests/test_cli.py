@@ -108,5 +108,5 @@ def test_every_simulate_flag_has_help_text() -> None:
 
     assert [n for n, f in SimConfig.model_fields.items() if not f.description] == []
     helps = {p.name: p.help for p in command.params}
-    assert helps["max_batch"] == "Maximum decode batch. [default: 256]"
+    assert helps["max_batch"] == "Maximum decode batch. [range: 1 to 1,000,000] [default: 256]"
     assert "Maximum decode batch" in CliRunner().invoke(command, ["--help"]).output

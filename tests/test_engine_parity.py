@@ -194,18 +194,24 @@ def test_simultaneous_arrivals_agree_with_oracle() -> None:
      "--kv-compress-at", "endpoint"],
     ["--mode", "colocated", "--power-cap", "500", "--dvfs"],
     ["--link", "eth-25g", "--send", "layerwise", "--link-sharing", "fair", "--kv-reserve", "at-transfer"],
-], ids=["base", "2P2D-endpoint", "colocated-capped", "beyond"])
+    ["--model", "llama3-70b", "--devices-per-instance", "4", "--tp", "2", "--pp", "2", "--weight-format", "fp8",
+     "--rate", "3"],
+    ["--model", "mixtral-8x7b", "--devices-per-instance", "2", "--mode", "colocated", "--tp", "2", "--ep", "2",
+     "--expert-imbalance", "1.3", "--speculative", "mtp", "--gamma", "2"],
+    ["--speculative", "llama3.2-1b", "--prefill", "2", "--decode", "2", "--rate", "16", "--alpha", "0.9"],
+], ids=["base", "2P2D-endpoint", "colocated-capped", "beyond", "tp-pp-fp8", "moe-ep-speculative", "2P2D-speculative"])
 def test_compiled_and_plain_python_runs_are_bit_identical(tmp_path: Path, flags: list[str]) -> None:
-    """The fast path (numba) and the plain-Python path are one engine: same records, same summary."""
+    """The fast paths (numba ahead of time, numba's JIT) and the plain-Python path are one engine:
+    same records, same summary."""
     import os
     import subprocess
     import sys
 
     outputs = []
-    for jit in ("1", "0"):
+    for jit in ("1", "jit", "0"):
         csv_path = tmp_path / f"jit{jit}.csv"
         p = subprocess.run([sys.executable, "-m", "kvcargo", "simulate", "--requests", "300", *flags,
                             "--requests-csv", str(csv_path), "--json"], capture_output=True, text=True,
                            env={**os.environ, "KVCARGO_JIT": jit}, timeout=600, check=True)
         outputs.append((p.stdout, csv_path.read_bytes()))
-    assert outputs[0] == outputs[1]
+    assert outputs[0] == outputs[1] == outputs[2]

@@ -1,4 +1,4 @@
-"""KV layouts of modern models (issue 8 §3): every published KV-per-token figure, pinned exactly.
+"""KV layouts of modern models: every published KV-per-token figure, pinned exactly.
 
 Also pins that the reference presets keep the derived values of reference-semantics §1.2 bit
 for bit, so the new optional layout fields cannot move a published figure.

@@ -108,7 +108,7 @@ def test_search_without_any_sustainable_rate_ends_at_zero() -> None:
 
 
 def test_capacity_search_of_the_8_1_configuration() -> None:
-    """Its speed (the issue asks ≤ 1 s) is measured by benchmarks/bench.py, not asserted here."""
+    """Its speed (the target is ≤ 1 s) is measured by benchmarks/bench.py, not asserted here."""
     s = search(SimConfig())
     assert s.simulations == 7 and round(s.rate, 2) == 16.25
 

@@ -34,7 +34,7 @@ def explode(x: int) -> int:
 
 @pytest.fixture(scope="module")
 def local_rows() -> list[dict]:
-    with LocalBackend(2) as be:
+    with LocalBackend(2, inline_seconds=0) as be:
         return run_sweep(GRID, be).rows
 
 
@@ -43,13 +43,27 @@ def test_local_processes_run_the_grid(local_rows: list[dict]) -> None:
     assert [r["key"] for r in local_rows] == [grid_mod.point_key(p) for p in GRID.points()]
 
 
-def test_local_backend_records_exceptions_and_dead_workers() -> None:
+def test_a_small_job_runs_in_this_process_and_gives_the_same_rows(local_rows: list[dict]) -> None:
     with LocalBackend(2) as be:
+        rows = run_sweep(GRID, be).rows
+        assert be._pool is None  # eight runs of 300 requests take far less than starting a worker
+    assert same_rows(rows, local_rows)
+
+
+def test_the_rest_of_a_job_goes_to_the_workers_once_this_process_has_spent_its_share() -> None:
+    with LocalBackend(2, inline_seconds=1e-9) as be:
+        out = dict(be.map(explode, [1, 2, 4, 6]))
+        assert be._pool is not None
+    assert out == {0: 1, 1: 4, 2: 16, 3: 36}
+
+
+def test_local_backend_records_exceptions_and_dead_workers() -> None:
+    with LocalBackend(2, inline_seconds=0) as be:
         out = dict(be.map(explode, [1, 2, 3, 4]))
     assert (out[0], out[1], out[3]) == (1, 4, 16)  # keyed by position in the items
     assert isinstance(out[2], TaskError) and out[2].kind == "ValueError"
     assert out[2].message.startswith("ValueError: three is right out (at test_planner_backends.py:")
-    with LocalBackend(1) as be:
+    with LocalBackend(1, inline_seconds=0) as be:
         dead = dict(be.map(explode, [5]))
     assert isinstance(dead[0], TaskError) and "worker process failed" in dead[0].message
 
@@ -75,7 +89,7 @@ def test_ray_gives_the_same_rows_as_local(ray_instance, local_rows: list[dict], 
         assert be.workers == 2
         res = run_sweep(GRID, be, tmp_path / "ray.csv")
     assert same_rows(res.rows, local_rows)
-    with LocalBackend(2) as be:
+    with LocalBackend(2, inline_seconds=0) as be:
         run_sweep(GRID, be, tmp_path / "local.csv")
     assert (tmp_path / "ray.csv").read_bytes() == (tmp_path / "local.csv").read_bytes()
     assert ray_instance.is_initialized()  # an instance the backend did not start is left running

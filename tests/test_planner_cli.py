@@ -67,7 +67,7 @@ def test_capacity_text(capsys: pytest.CaptureFixture[str]) -> None:
     (["sweep", "--vary", "rate="], "empty value"),
     (["sweep", "--vary", "rate=4,8", "--rate", "3"], "--rate is both fixed and varied"),
     (["plan"], "plan needs a budget"),
-    (["plan", "--gpus", "1"], "impossible budget (1 GPUs): the smallest configuration searched"),
+    (["plan", "--gpus", "1"], "impossible budget (1 GPU): the smallest configuration searched"),
     (["plan", "--usd", "1000000", "--devices", "optical"], "no price_usd in the catalog for optical"),
     (["plan", "--gpus", "4", "--tp", "x"], "--tp: expected a comma-separated list of ints"),
 ])
@@ -84,7 +84,7 @@ def test_sweep_cli_writes_resumes_and_plots(tmp_path: Path) -> None:
     p = kvcargo(*args, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert "sweep: 4 runs (rate x link) on local backend, 1 worker" in p.stderr
-    assert "4 run in" in p.stdout and "s.csv" in p.stdout
+    assert "4 runs in" in p.stdout and "s.csv" in p.stdout
     rows = list(csv.DictReader(open(tmp_path / "s.csv")))
     assert [(r["rate"], r["link"], r["status"]) for r in rows] == [
         ("8.0", "ib-ndr", "ok"), ("8.0", "eth-25g", "ok"), ("14.0", "ib-ndr", "ok"), ("14.0", "eth-25g", "ok")]
@@ -102,9 +102,9 @@ def test_sweep_cli_from_a_file_with_a_failing_run(capsys: pytest.CaptureFixture[
     args = ("sweep", "g.toml", "--backend", "local", "--workers", "1", "--out", "g.csv")
     code, out, err = cli(capsys, *args)
     assert code == 0, err
-    assert "KV compression needs a hand-off" in out and "4 run in" in out and "1 failed" in out
+    assert "KV compression needs a hand-off" in out and "4 runs in" in out and "1 failed" in out
     code, out, err = cli(capsys, *args)  # resumed: the failed row counts as done
-    assert code == 0 and "0 run in" in out and "4 already done, 1 failed" in out
+    assert code == 0 and "0 runs in" in out and "4 already done, 1 failed" in out
 
 
 def test_plan_cli(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

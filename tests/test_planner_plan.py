@@ -113,7 +113,7 @@ def test_dollar_budget_and_heterogeneous_pools() -> None:
 
 
 @pytest.mark.parametrize("budget, message", [
-    (dict(gpus=1), r"impossible budget \(1 GPUs\).*needs 2 GPUs"),
+    (dict(gpus=1), r"impossible budget \(1 GPU\).*needs 2 GPUs"),
     (dict(usd=40_000), r"impossible budget \(\$40,000\).*\$60,000"),
     (dict(power_w=1000), r"impossible budget \(1,000 W\).*1,400 W"),
 ])

@@ -1,37 +1,21 @@
-"""The readers against the published statistics of the full traces (shared/data/traces/README.md).
-
-The full files are not part of the repository (a clean clone has only the excerpts under
-``tests/data/traces``): these tests run when the trace directory is found — ``$KVCARGO_TRACE_DIR``,
-or ``shared/data/traces`` in or beside the repository — and are skipped otherwise.
-"""
+"""The readers against the published statistics of the full traces shipped with the package
+(src/kvcargo/data/traces/README.md), opened by their built-in names as a user would."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
-import pytest
 
+from kvcargo.workload.builtin import trace_dir
 from kvcargo.workload.stats import trace_stats
 from kvcargo.workload.traces import read_trace
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _trace_dir() -> Path | None:
-    for c in (os.environ.get("KVCARGO_TRACE_DIR"), ROOT / "shared/data/traces", ROOT.parent / "shared/data/traces"):
-        if c and (Path(c) / "mooncake_conversation.jsonl").is_file():
-            return Path(c)
-    return None
-
-
-TRACES = _trace_dir()
-pytestmark = pytest.mark.skipif(TRACES is None, reason="full traces not available (shared/data/traces)")
+TRACES = trace_dir()
 
 
 def test_mooncake_conversation_published_statistics() -> None:
-    w = read_trace(TRACES / "mooncake_conversation.jsonl")
+    w = read_trace("mooncake-conversation")
     assert len(w) == 12_031
     assert round(w.prompt.mean()) == 12_035 and round(w.output.mean()) == 343
     assert round(w.arrival[-1]) == 3_537  # "~3,537 s"
@@ -40,27 +24,27 @@ def test_mooncake_conversation_published_statistics() -> None:
 
 
 def test_mooncake_synthetic_published_statistics() -> None:
-    w = read_trace(TRACES / "mooncake_synthetic.jsonl")
+    w = read_trace("mooncake-synthetic")
     assert len(w) == 3_993
     assert round(w.prompt.mean()) == 15_325 and round(w.output.mean()) == 149
 
 
 def test_azure_code_published_statistics() -> None:
-    w = read_trace(TRACES / "azure2023_code.csv")
+    w = read_trace("azure-code-2023")
     assert len(w) == 8_819
     assert np.median(w.prompt) == 1_469 and np.median(w.output) == 13
     assert 3_400 < w.arrival[-1] < 3_600  # ~1 h
 
 
 def test_azure_conversation_published_statistics() -> None:
-    w = read_trace(TRACES / "azure2023_conv.csv")
+    w = read_trace("azure-conv-2023")
     assert len(w) == 19_366
     assert np.median(w.prompt) == 1_020 and np.median(w.output) == 129
     assert 3_400 < w.arrival[-1] < 3_600
 
 
 def test_trace_stats_of_the_full_conversation_trace() -> None:
-    st = trace_stats(read_trace(TRACES / "mooncake_conversation.jsonl"))
+    st = trace_stats(read_trace("mooncake-conversation"))
     assert st["requests"] == 12_031 and round(st["prompt"]["mean"]) == 12_035
     assert st["blocks"]["total"] == 288_500 and 0 < st["blocks"]["reused_share"] < 1
     assert st["timeline"]["bucket_s"] == 60.0

@@ -14,11 +14,11 @@ from kvcargo import catalog, validate
 from kvcargo.cost import Pool
 from kvcargo.errors import KvcargoError
 from kvcargo.handoff import calculate
+from kvcargo.workload.builtin import trace_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 EXCERPTS = Path(__file__).resolve().parent / "data" / "traces"
-FULL = next((p for p in (ROOT / "shared/data/traces", ROOT.parent / "shared/data/traces")
-             if (p / "azure2023_conv.csv").is_file()), None)
+FULL = trace_dir()
 
 
 def kvcargo(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -66,12 +66,11 @@ def test_mooncake_line_rate_gap() -> None:
     assert rs[1].rel_diff == pytest.approx(3.94e9 / (10e-6 + 3.94e9 / 400e9) / 190e9 - 1)
 
 
-def test_trace_checks_are_skipped_without_the_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trace_checks_use_the_built_in_traces_and_skip_missing_files(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KVCARGO_TRACE_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
-    rs = validate.run(["traces"])
-    assert len(rs) == 13 and all(r.status == "skipped" and r.kvcargo == "—" for r in rs)
-    assert "trace files not found" in rs[0].note
+    assert validate.find_trace_dir() == FULL
     (tmp_path / "t").mkdir()
     shutil.copy(EXCERPTS / "azure2023_code.csv", tmp_path / "t")
     rs = by_what(validate.run(["traces"], tmp_path / "t"))
@@ -82,9 +81,8 @@ def test_trace_checks_are_skipped_without_the_files(tmp_path: Path, monkeypatch:
     assert rs["Azure 2023 code: median prompt"].status == "ok"  # the excerpt's median happens to agree
 
 
-@pytest.mark.skipif(FULL is None, reason="full traces not available (shared/data/traces)")
-def test_trace_checks_pass_on_the_full_traces() -> None:
-    rs = validate.run(["traces"], FULL)
+def test_trace_checks_pass_on_the_built_in_traces() -> None:
+    rs = validate.run(["traces"])
     assert len(rs) == 13 and all(r.status == "ok" for r in rs), [r for r in rs if r.status != "ok"]
 
 

@@ -141,7 +141,9 @@ def test_catalog_and_defaults(client: TestClient) -> None:
     sim = SimConfig().model_dump()
     assert d["defaults"]["simulate"] == {k: v for k, v in sim.items() if k not in ("catalog", "workload_file")}
     assert d["defaults"]["handoff"] == {"model": "llama3-8b", "prompt": 2048, "link": "eth-25g", "kv_compress": None,
-                                        "kv_keep": None, "kv_ratio": None, "send": "whole", "device": "h100", "devices_per_instance": 1}
+                                        "kv_keep": None, "kv_ratio": None, "send": "whole", "device": "h100", "devices_per_instance": 1,
+                                        "weight_format": None, "kv_format": None, "compute_format": None,
+                                        "speculative": None}
     assert d["defaults"]["rate"] == 8.0
     assert d["limits"]["max_requests"] == 50_000 and d["limits"]["timeout_s"] == 120
 
@@ -232,12 +234,18 @@ def test_interval_series_is_exact() -> None:
 @pytest.mark.parametrize("body, status, message", [
     ({"rate": -1}, 422, "invalid --rate (got -1): Input should be greater than 0"),
     ({"requests": "many"}, 422, "invalid --requests (got 'many'): Input should be a valid integer"),
-    ({"requests": 1.5}, 422, "invalid --requests (got 1.5): Input should be a valid integer, got a number with a "
-                             "fractional part"),
+    ({"requests": 1.5}, 422, "invalid --requests (got 1.5): Input should be a valid integer"),
+    ({"rate": True}, 422, "invalid --rate (got True): Input should be a valid number"),
+    ({"rate": "9"}, 422, "invalid --rate (got '9'): Input should be a valid number"),
+    ({"dvfs": 1}, 422, "invalid --dvfs (got 1): Input should be a valid boolean"),
+    ({"requests": 60_000_000}, 422, "invalid --requests (got 60000000): at most 50,000 per run in the web API"),
+    ({"model": "x" * 50_000}, 422, "unknown model 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... (50,002 chars); valid"),
+    ({"prompt": 40_000}, 422, "--prompt 40,000 is above 32,768 tokens, where the generator clips every length"),
     ({"requests": 60_000}, 422, "invalid --requests (got 60000): at most 50,000 per run in the web API "
                                 "(kvcargo ui --max-requests)"),
     ({"decode": 1000}, 422, "invalid --decode (got 1000): at most 64 in the web API"),
-    ({"output": 1e7}, 422, "invalid --output (got 1e+07): at most 65,536 in the web API"),
+    ({"output": 1e5, "max_length": 200_000}, 422, "invalid --output (got 100000): at most 65,536 in the web API"),
+    ({"output": 1e7}, 422, "--output 10,000,000 is above 32,768 tokens, where the generator clips"),
     ({"link": "carrier-pigeon"}, 422, "unknown link 'carrier-pigeon'; valid choices: cpo-optical, eth-100g"),
     ({"model": "llama3-70b"}, 422, "Llama-3-70B does not fit the prefill pool"),
     ({"mode": "colocated", "kv_compress": "fp8"}, 422, "KV compression needs a hand-off"),
@@ -260,7 +268,8 @@ def test_simulate_malformed_and_oversized_bodies(client: TestClient) -> None:
     assert r.status_code == 400 and r.json()["error"].startswith("the body is not valid JSON")
     r = client.post("/api/simulate", content=b"{" + b" " * 70_000 + b"}", headers={"Content-Type": "application/json"})
     assert r.status_code == 413 and r.json() == {"error": "the body is larger than 64 KiB"}
-    assert client.post("/api/simulate").json()["summary"]["ttft_p99"] == 0.3536255769527793  # empty body: defaults
+    empty = client.post("/api/simulate", headers={"Content-Type": "application/json"})
+    assert empty.json()["summary"]["ttft_p99"] == 0.3536255769527793  # empty body: defaults
 
 
 def test_timeout_stops_the_run_and_the_next_one_works() -> None:
@@ -304,6 +313,27 @@ def test_static_files_reference_nothing_outside() -> None:
 
 
 def test_host_header_checked_when_asked() -> None:
-    c = TestClient(create_app(allowed_hosts=["127.0.0.1", "localhost"]), base_url="http://127.0.0.1")
+    c = TestClient(create_app(allowed_hosts=["127.0.0.1", "localhost", "[::1]"]), base_url="http://127.0.0.1")
     assert c.get("/api/presets").status_code == 200
-    assert c.get("/api/presets", headers={"Host": "attacker.example"}).status_code == 400
+    assert c.get("/api/presets", headers={"Host": "[::1]:8000"}).status_code == 200
+    r = c.get("/api/presets", headers={"Host": "attacker.example"})
+    assert r.status_code == 400
+    assert r.json() == {"error": "invalid Host header 'attacker.example': this server answers only 127.0.0.1, "
+                                 "[::1], localhost"}
+
+
+def test_cross_site_and_non_json_posts_are_refused(client: TestClient) -> None:
+    """A page on another site can POST text/plain without a preflight: it must not start a run."""
+    r = client.post("/api/simulate", content=b'{"requests": 5}',
+                    headers={"Content-Type": "text/plain", "Origin": "http://testserver"})
+    assert r.status_code == 415 and r.json()["error"].startswith("send the parameters as JSON")
+    r = client.post("/api/simulate", json={"requests": 5}, headers={"Origin": "http://evil.example"})
+    assert r.status_code == 403
+    assert r.json() == {"error": "cross-site request refused (Origin 'http://evil.example' is not this page's)"}
+    ok = client.post("/api/simulate", json={"requests": 5}, headers={"Origin": "http://testserver"})
+    assert ok.status_code == 200 and ok.json()["summary"]["requests"] == 5
+
+
+def test_invalid_parameter_errors_name_the_field(client: TestClient) -> None:
+    r = client.post("/api/simulate", json={"tpot_slo": -1})
+    assert r.status_code == 422 and r.json()["field"] == "tpot_slo"

@@ -387,3 +387,18 @@ def test_the_url_holds_the_page_state_and_a_reload_restores_it(browser, page) ->
         assert "“Prompt tokens”" in shown  # a bad value from a URL is reported like a typed one
         assert odd.input_value("#calc-model") == "llama3-8b" and odd.input_value("#sim-link") == "ib-ndr"
         assert odd.input_value("#sim-rate") == "9"
+def test_serving_levers_in_the_panel(page) -> None:
+    """The "Scheduling & memory" fields reach the run; the table gains the levers' rows."""
+    page.select_option("#sim-model", "opt-13b")
+    page.select_option("#sim-device", "a100-40g")
+    page.fill("#sim-requests", "200")
+    page.select_option("#sim-kv_policy", "paged")
+    page.select_option("#sim-preemption", "swap")
+    page.select_option("#sim-prefix_caching", "false")
+    page.click("#sim-run")
+    page.wait_for_selector("#sim-table tr[data-key='preemptions']", timeout=120_000)
+    assert page.text_content("#sim-command") == ("kvcargo simulate --requests 200 --model opt-13b --device a100-40g "
+                                                 "--kv-policy paged --preemption swap")
+    s = simulate(requests=200, model="opt-13b", device="a100-40g", kv_policy="paged", preemption="swap").summary
+    assert page.text_content("#sim-table tr[data-key='preemptions'] td.value") == f"{s['preemptions']:,}"
+    assert page.text_content("#sim-table tr[data-key='swap_out_GB'] td.value") == f"{s['swap_out_GB']:.3f} GB"

@@ -29,7 +29,7 @@ import numpy as np
 from kvcargo._jit import kernel
 from kvcargo.calibration_fit import Framework, framework, parse_constants
 from kvcargo.catalog import Device, Model
-from kvcargo.cost import HF_PDYN, HF_PJ_BYTE, HF_PJ_FLOP, HF_SPEEDUP, LmHead, Pool
+from kvcargo.cost import HF_J_BYTE, HF_J_FLOP, HF_PDYN, LmHead, Pool
 from kvcargo.errors import KvcargoError
 from kvcargo.kernel_tables import KernelTables, load
 
@@ -221,8 +221,8 @@ def calibrated_step(ct: np.ndarray, cs: np.ndarray, hf: np.ndarray, prefill: boo
         t = cs[CS_DECODE_SCALE] * (table_at(ct, T_TOKENS, tokens, 1.0) + table_at(ct, T_LOGITS, tokens, 1.0)
                                    + table_at(ct, T_GENERATION, seqs, context / seqs + 1.0))
         overhead = cs[CS_DECODE_OVERHEAD]
-    e_c = flops * hf[HF_PJ_FLOP] * 1e-12 / hf[HF_SPEEDUP] * cs[CS_PJ_SCALE]
-    e_m = nbytes * hf[HF_PJ_BYTE] * 1e-12
+    e_c = flops * hf[HF_J_FLOP] * cs[CS_PJ_SCALE]
+    e_m = nbytes * hf[HF_J_BYTE]
     if (e_c + e_m) / t > hf[HF_PDYN]:
         t = (e_c + e_m) / hf[HF_PDYN]
     return t + overhead, e_c, e_m

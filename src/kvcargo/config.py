@@ -15,19 +15,25 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from kvcargo import catalog as catalog_mod
 from kvcargo.catalog import Catalog, Link, Model
-from kvcargo.cost import LmHead, Pool, require_fit
-from kvcargo.errors import KvcargoError
+from kvcargo.cost import LmHead, Pool, model_coefficients
+from kvcargo.errors import KvcargoError, shown
+from kvcargo.formats import require_units
 from kvcargo.handoff import Compression
+from kvcargo.levers import Levers, lever_model, resolve_levers
+from kvcargo.limits import REFERENCE_MAX_LENGTH, check_ranges, check_workload, number
 from kvcargo.workload import LengthDist, Workload, generate
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=1)]
+NumberFormat = Literal["bf16", "fp8", "int8", "int4", "fp4"]
 
 DEFAULT_RATE = 8.0
 """Arrival rate of generated workloads when none is given (req/s)."""
 MAX_REQUESTS = 50_000_000
 """Hard ceiling on generated requests (a typo should not exhaust the machine)."""
+MAX_GAMMA = 1024
+"""Most drafted tokens per verify pass (each costs a draft pass per step)."""
 
 
 class SimConfig(BaseModel):
@@ -67,11 +73,11 @@ class SimConfig(BaseModel):
     requests: Annotated[int, Field(ge=1, le=MAX_REQUESTS)] = 800
     """Number of requests."""
     prompt: Positive = 2048.0
-    """Mean prompt length, tokens."""
+    """Mean prompt length, tokens (at most --max-length)."""
     prompt_cv: NonNeg = 0.5
     """Coefficient of variation of prompt lengths (0: fixed)."""
     output: Positive = 256.0
-    """Mean output length, tokens."""
+    """Mean output length, tokens (at most --max-length)."""
     output_cv: NonNeg = 0.5
     """Coefficient of variation of output lengths (0: fixed)."""
     seed: int = 1
@@ -95,7 +101,8 @@ class SimConfig(BaseModel):
     dvfs: bool = False
     """Lower the compute clock on memory-bound steps."""
     workload_file: str | None = None
-    """Replay a trace (CSV, JSON rows, Mooncake JSONL, Azure 2023 CSV)."""
+    """Replay a trace (CSV, JSON rows, Mooncake JSONL, Azure 2023 CSV), or a built-in one by name
+    (kvcargo catalog traces: mooncake-conversation, azure-code-2023, ...)."""
     # Trace replay (with workload_file); see kvcargo.workload.traces.
     time_scale: Positive | None = None
     """Multiply the trace's arrival times by this (0.5 replays twice as fast)."""
@@ -154,6 +161,78 @@ class SimConfig(BaseModel):
     (needs a trace with block ids, e.g. Mooncake's ``hash_ids``)."""
     catalog: tuple[str, ...] = ()
     """Extra catalog TOML files, in order."""
+    # Parallelism, number formats and speculative decoding (levers of the companion simulator;
+    # see kvcargo.parallel, kvcargo.formats, kvcargo.speculative and docs/modelling.md).
+    tp: Count | None = None
+    """Tensor-parallel GPUs per pipeline stage (a layout for both pools; tp·pp = devices per instance)."""
+    pp: Count | None = None
+    """Pipeline stages (GPipe micro-batching, no overlap between steps)."""
+    ep: Count | None = None
+    """Expert parallelism: 1 (experts split by TP) or tp (whole experts per GPU); MoE models only."""
+    microbatches: Count | None = None
+    """Pipeline micro-batches per step (default: pp); each re-reads its stage's weights."""
+    expert_imbalance: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
+    """Busiest GPU's routed-expert work over the mean (MoE with --ep > 1; default 1.0)."""
+    scale_up_link: str | None = None
+    """Link carrying TP/PP/EP traffic inside an instance (default: the device's scale-up link)."""
+    prefill_tp: Count | None = None
+    """Tensor parallelism of the prefill pool only (unset --prefill-pp is 1, not --pp)."""
+    prefill_pp: Count | None = None
+    """Pipeline stages of the prefill pool only (unset --prefill-tp is 1, not --tp)."""
+    decode_tp: Count | None = None
+    """Tensor parallelism of the decode pool only (unset --decode-pp is 1, not --pp)."""
+    decode_pp: Count | None = None
+    """Pipeline stages of the decode pool only (unset --decode-tp is 1, not --tp)."""
+    weight_format: NumberFormat = "bf16"
+    """Weight storage format (int4: 128-weight groups with a 16-bit scale; fp4: MX blocks of 32)."""
+    kv_format: NumberFormat = "bf16"
+    """KV-cache storage format (the hand-off crosses the link in it)."""
+    compute_format: NumberFormat = "bf16"
+    """Matmul input format: bf16 (weight-only quantisation) or the weight format (needs native units)."""
+    speculative: str | None = None
+    """Speculative decoding with this draft: 'mtp' (one extra layer) or a model key."""
+    gamma: Annotated[int, Field(ge=1, le=MAX_GAMMA)] | None = None
+    """Drafted tokens per verify pass (default 3; needs --speculative)."""
+    alpha: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
+    """Acceptance probability of each drafted token (default 0.7; needs --speculative)."""
+    spec_seed: int | None = None
+    """Seed of the acceptance draws (default 0; needs --speculative)."""
+    transit_ops_per_byte: Positive | None = None
+    """In-transit codec compute budget per line byte (default 1.6; needs --kv-compress in transit)."""
+    transit_pj_per_bit: NonNeg | None = None
+    """In-transit codec energy per input bit, pJ (default 1.0; needs --kv-compress in transit)."""
+    ppa: bool = False
+    """Add the silicon area and cost report (changes no simulated number)."""
+    fast: bool = False
+    """The companion's accelerated decode path: kvcargo's engine is always exact and fast, so this
+    changes nothing (kept for the companion's command lines; refused where the companion refuses it)."""
+
+    @model_validator(mode="after")
+    def _check_levers(self) -> SimConfig:
+        spec_only = [f for f in ("gamma", "alpha", "spec_seed") if getattr(self, f) is not None]
+        if spec_only and self.speculative is None:
+            raise ValueError(f"--{spec_only[0].replace('_', '-')} applies only to --speculative")
+        transit = [f for f in ("transit_ops_per_byte", "transit_pj_per_bit") if getattr(self, f) is not None]
+        if transit and (self.kv_compress is None or self.kv_compress_at != "transit"):
+            raise ValueError(f"--{transit[0].replace('_', '-')} applies only to --kv-compress in transit")
+        layout = [f for f in ("tp", "pp", "ep", "microbatches") if getattr(self, f) is not None]
+        pool_layout = [f for f in ("prefill_tp", "prefill_pp", "decode_tp", "decode_pp") if getattr(self, f) is not None]
+        if pool_layout and self.mode == "colocated":
+            raise ValueError(f"--{pool_layout[0].replace('_', '-')} is a pool layout: it needs --mode disagg "
+                             "(colocated instances use --tp/--pp)")
+        if not layout and not pool_layout:
+            alone = [f for f in ("expert_imbalance", "scale_up_link") if getattr(self, f) is not None]
+            if alone:
+                raise ValueError(f"--{alone[0].replace('_', '-')} needs a parallel layout (--tp, --pp, --ep, "
+                                 "--microbatches or a pool's --prefill-/--decode-tp/-pp)")
+        if self.compute_format not in ("bf16", self.weight_format):
+            raise ValueError("--compute-format must be bf16 (weight-only) or the weight format itself "
+                             f"(W8A8, W4A4); got {self.compute_format} with --weight-format {self.weight_format}")
+        if self.cost_model == "calibrated" and (layout or pool_layout or self.speculative is not None):
+            raise ValueError("parallel layouts and speculative decoding follow the companion's roofline: "
+                             "they need --cost-model roofline")
+        if self.kv_format != "bf16" and self.kv_compress is not None:
+            raise ValueError("KV hand-off compression assumes a BF16 KV cache: drop --kv-format or --kv-compress")
     cost_model: Literal["roofline", "calibrated"] = "roofline"
     """Step costs from the reference roofline, or from measured kernels plus fitted framework
     constants (tensor parallel over each instance's devices; see docs/accuracy.md)."""
@@ -167,6 +246,79 @@ class SimConfig(BaseModel):
             raise ValueError("--dvfs is a roofline clock model: it needs --cost-model roofline")
         if self.link_model != "line-rate" and self.mode == "colocated":
             raise ValueError("--link-model shapes the hand-off: it needs --mode disagg")
+        return self
+    # The companion's serving levers (levers-serving spec); defaults leave a run as the reference.
+    batch_policy: Literal["prefill-priority", "decode-priority", "chunked"] = "prefill-priority"
+    """Step scheduling: prefill first (reference), decode first, or chunked prefill mixed with
+    decode (Sarathi-Serve)."""
+    max_num_batched_tokens: Count | None = None
+    """Token budget of one scheduled step (default: --token-budget); giving it switches to the
+    scheduled engine."""
+    kv_policy: Literal["oracle", "pow2", "max", "paged"] = "oracle"
+    """Decode KV reservation: prompt + true output (reference), output rounded up to a power of two,
+    --max-seq-len, or paged blocks grown on demand with preemption (vLLM)."""
+    kv_block_size: Count | None = None
+    """With --kv-policy paged: tokens per KV block [default: 16]."""
+    max_seq_len: Count | None = None
+    """With --kv-policy max: tokens reserved per request at least [default: 2048]."""
+    preemption: Literal["recompute", "swap"] | None = None
+    """With --kv-policy paged: what a preempted request loses, its KV (recompute) or its place
+    (KV swapped to host memory) [default: recompute]."""
+    host_link: str | None = None
+    """With --preemption swap: the host link KV blocks are swapped over [default: pcie5]."""
+    prefix_caching: bool = False
+    """Keep prompt prefixes (system prompts, earlier turns) in an LRU cache; compute only the rest."""
+    workload: Literal["chat", "coding-agent", "offline-batch", "long-rag", "voice"] | None = None
+    """A named workload: lengths, SLOs and session shape (--rate is the session start rate)."""
+    turns: Count = 1
+    """Requests per session; later turns are released when the previous one finishes."""
+    think: NonNeg = 0.0
+    """Mean think time between turns (exponential), seconds."""
+    system_prompts: Annotated[int, Field(ge=0)] = 0
+    """Distinct shared system prompts (a session draws one)."""
+    system_len: Annotated[int, Field(ge=0)] = 0
+    """Tokens of each system prompt."""
+    prefix_share: Annotated[float, Field(ge=0, le=1)] | None = None
+    """Share of sessions that use a system prompt [default: 1.0]."""
+
+    @model_validator(mode="after")
+    def _check_serving(self) -> SimConfig:
+        from kvcargo.serving import check_serving
+
+        check_serving(self)
+        return self
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether a serving lever switches on the scheduled engine."""
+        return (self.batch_policy != "prefill-priority" or self.max_num_batched_tokens is not None
+                or self.kv_policy != "oracle" or self.prefix_caching)
+
+    max_length: int = REFERENCE_MAX_LENGTH
+    """Generated prompt and output lengths are clipped to [1, N] tokens (the reference generator's
+    32,768); a larger N is an opt-in beyond the reference."""
+
+    @model_validator(mode="after")
+    def _check_ranges(self) -> SimConfig:
+        check_ranges(self.__dict__)
+        if self.workload_file is None:
+            for flag, mean in (("--prompt", self.prompt), ("--output", self.output)):
+                if mean > self.max_length:
+                    raise ValueError(f"{flag} {number(mean)} is above {self.max_length:,} tokens, where the generator "
+                                     "clips every length (reference-semantics §6.1); raise the clip with "
+                                     "--max-length")
+        else:
+            generated = ("requests", "prompt", "prompt_cv", "output", "output_cv", "seed", "max_length")
+            ignored = [f for f in generated if getattr(self, f) != SimConfig.model_fields[f].default]
+            if ignored:
+                raise ValueError(f"--{ignored[0].replace('_', '-')} applies only to generated workloads, not to a "
+                                 "trace (--workload-file; --limit, --window and --time-scale select and pace one)")
+        if self.kv_ratio is not None and self.kv_compress is None:
+            raise ValueError("--kv-ratio needs the ratio codec: add --kv-compress ratio")
+        for flag, value, default, needs in (("--nics-per-instance", self.nics_per_instance, 1, "nic"),
+                                            ("--domain-size", self.domain_size, 8, "nvlink-domain")):
+            if value != default and self.topology != needs:
+                raise ValueError(f"{flag} applies only to --topology {needs}")
         return self
 
     @model_validator(mode="after")
@@ -216,8 +368,8 @@ def describe(exc: ValidationError) -> str:
     if err["type"] == "extra_forbidden":
         return f"unknown parameter {flag}"
     value = err.get("input")
-    shown = f" (got {value!r})" if value is not None and not isinstance(value, dict) else ""
-    return f"invalid {flag}{shown}: {msg}"
+    got = f" (got {shown(value)})" if value is not None and not isinstance(value, dict) else ""
+    return f"invalid {flag}{got}: {msg}"
 
 
 @dataclass(frozen=True)
@@ -235,6 +387,8 @@ class Resolved:
     workload: Workload
     kv_capacity: int
     """KV tokens of a decode (or colocated) instance: the admission and rejection limit."""
+    levers: Levers
+    """Parallel layouts, scale-up links, per-pool KV capacities and the speculative draft."""
 
     @property
     def colocated(self) -> bool:
@@ -251,40 +405,49 @@ class Resolved:
 
 def resolve(config: SimConfig, workload: Workload | None = None) -> Resolved:
     """Look everything up in the catalog, build the pools and the request stream."""
+    from kvcargo.serving import with_preset_slos
+
+    config = with_preset_slos(config)
     cat = catalog_mod.load(config.catalog)
-    model = cat.model(config.model)
+    model = lever_model(config, cat.model(config.model))
     cat.device(config.device)
     c = config
     if c.mode == "colocated":
+        require_units(cat.device(c.device), c.compute_format, "colocated")
         pool = colocated_pool(c, cat)
         prefill_pool = decode_pool = pool
-        kvcap = require_fit(model, pool, "colocated")
+        levers = resolve_levers(c, cat, model, {"colocated": pool})
     else:
+        for role, key in (("prefill", c.prefill_device), ("decode", c.decode_device)):
+            require_units(cat.device(key or c.device), c.compute_format, role)
         prefill_pool = Pool(
             cat.device(c.prefill_device or c.device),
             c.prefill_devices_per_instance or c.devices_per_instance,
-            _cap(c.power_cap, c.prefill_power_cap), c.dvfs,
+            _cap(c.power_cap, c.prefill_power_cap), c.dvfs, c.compute_format,
         )
         decode_pool = Pool(
             cat.device(c.decode_device or c.device),
             c.decode_devices_per_instance or c.devices_per_instance,
-            _cap(c.power_cap, c.decode_power_cap), c.dvfs,
+            _cap(c.power_cap, c.decode_power_cap), c.dvfs, c.compute_format,
         )
-        require_fit(model, prefill_pool, "prefill")
-        kvcap = require_fit(model, decode_pool, "decode")
+        levers = resolve_levers(c, cat, model, {"prefill": prefill_pool, "decode": decode_pool})
+    kvcap = levers.decode.kv_capacity
     link = cat.link(c.link)
     compression = None
     if c.kv_compress is not None:
-        compression = Compression(cat.codec(c.kv_compress), c.kv_compress_at, c.kv_keep, c.kv_ratio)
+        stage = {k: v for k, v in (("ops_per_byte", c.transit_ops_per_byte), ("pj_per_bit", c.transit_pj_per_bit))
+                 if v is not None}
+        compression = Compression(cat.codec(c.kv_compress), c.kv_compress_at, c.kv_keep, c.kv_ratio, **stage)
         if compression.at == "endpoint" and compression.is_identity:
             compression = None  # nothing to do on the GPU, and no in-transit stage either
     if workload is None:
         workload = load_workload(c)
+    check_workload(model.key, model_coefficients(model)[0], workload, c.token_budget)
     if c.decode_prefix_cache and workload.block_ids is None:
         raise KvcargoError("--decode-prefix-cache needs prompt block ids: replay a trace that has them "
                            "(Mooncake's hash_ids) with --workload-file")
     return Resolved(c, cat, model, prefill_pool, decode_pool, link, c.link_channels or link.channels,
-                    compression, workload, kvcap)
+                    compression, workload, kvcap, levers)
 
 
 def load_workload(config: SimConfig) -> Workload:
@@ -296,16 +459,23 @@ def load_workload(config: SimConfig) -> Workload:
         trace = read_trace(c.workload_file, arrival_col=c.arrival_col, prompt_col=c.prompt_col,
                            output_col=c.output_col, time_unit=c.time_unit)
         return transform(trace, time_scale=c.time_scale, rate=c.rate, limit=c.limit, window=c.window)
+    from kvcargo.serving import serving_workload
+
+    served = serving_workload(config)
+    if served is not None:
+        return served
     return generate(
         config.requests, config.arrival_rate,
-        LengthDist(config.prompt, config.prompt_cv), LengthDist(config.output, config.output_cv),
+        LengthDist(config.prompt, config.prompt_cv, hi=config.max_length),
+        LengthDist(config.output, config.output_cv, hi=config.max_length),
         config.seed,
     )
 
 
 def colocated_pool(config: SimConfig, cat: Catalog) -> Pool:
     """The hardware of one colocated instance (``--device``, the global power cap)."""
-    return Pool(cat.device(config.device), config.devices_per_instance, config.power_cap, config.dvfs)
+    return Pool(cat.device(config.device), config.devices_per_instance, config.power_cap, config.dvfs,
+                config.compute_format)
 
 
 def _cap(global_cap: float | None, pool_cap: float | None) -> float | None:

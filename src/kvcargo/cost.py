@@ -22,6 +22,7 @@ from typing import Literal
 
 import numpy as np
 
+from kvcargo._jit import kernel
 from kvcargo.catalog import Device, Model
 from kvcargo.errors import KvcargoError
 
@@ -167,7 +168,11 @@ MI_TWO_PMM, MI_TWO_PLAYERS, MI_TWO_VD, MI_TWO_LD, MI_FOUR_LD, MI_LM_LAST, MI_EXP
 # Float model coefficients. A mixture of experts reads its dense part plus the experts its T tokens
 # touch, E·(1 − (1 − k/E)^T) per layer under uniform top-k routing (an extension: the reference
 # does not simulate MoE models). Kernels stay leaf functions so numba can compile them.
-MF_W_STR, MF_ROW, MF_KV_TOK, MF_W_DENSE, MF_W_EXPERT, MF_TOPK_FRAC, MF_EXPERT_SLOTS = range(7)
+# MoE (levers-parallel §4): MF_W_DENSE is the fixed params of an expert layer (attention, router,
+# shared experts), MF_W_EXPERT one expert's, MF_TOPK_FRAC q = 1 − k/E, MF_MOE_LAYERS the expert
+# layers and MF_W_REST the other matmul params (LM head, leading dense layers).
+MF_W_STR, MF_ROW, MF_KV_TOK, MF_W_DENSE, MF_W_EXPERT, MF_TOPK_FRAC, MF_EXPERT_SLOTS, MF_MOE_LAYERS, MF_W_REST, \
+    MF_WB = range(10)
 # Float pool (instance) coefficients. HF_J_FLOP and HF_J_BYTE are the joules per FLOP and per
 # byte, formed once per instance (§2.3: the order decides the last bit of every step energy).
 (HF_RF, HF_RB, HF_J_FLOP, HF_J_BYTE, HF_PDYN, HF_DVFS, HF_SMIN, HF_OVERHEAD,
@@ -187,46 +192,96 @@ def model_coefficients(model: Model, lm_head: LmHead = "all") -> tuple[np.ndarra
     mi[MI_FOUR_LD] = 4 * L * d
     mi[MI_LM_LAST] = 1 if lm_head == "last" else 0
     mi[MI_EXPERTS] = model.experts
-    mf = np.zeros(7, dtype=np.float64)
+    mf = np.zeros(10, dtype=np.float64)
     mf[MF_W_STR] = s.w_str
     mf[MF_ROW] = s.row_bytes
     mf[MF_KV_TOK] = float(s.kv_per_token)
     if model.experts:
         mlp = 3 * d * model.d_ff
-        mf[MF_W_EXPERT] = L * mlp * model.weight_bytes
-        mf[MF_W_DENSE] = s.w_str - L * model.top_k * mlp * model.weight_bytes
-        mf[MF_TOPK_FRAC] = model.top_k / model.experts
+        moe_layers = L - model.dense_layers
+        mf[MF_W_EXPERT] = mlp
+        mf[MF_W_DENSE] = attention_params(model) + d * model.experts + model.shared_experts * mlp
+        mf[MF_TOPK_FRAC] = 1.0 - model.top_k / model.experts
         mf[MF_EXPERT_SLOTS] = model.experts
+        mf[MF_MOE_LAYERS] = moe_layers
+        mf[MF_W_REST] = s.p_mm - moe_layers * (mf[MF_W_DENSE] + model.top_k * mlp)
+        mf[MF_WB] = model.weight_bytes
     mi.setflags(write=False)
     mf.setflags(write=False)
     return mi, mf
 
 
-def prefill_work(mi: np.ndarray, mf: np.ndarray, tokens: int, quad: int, n: int) -> tuple[int, float]:
-    """FLOPs and bytes of one prefill step over ``n`` whole prompts (§1.3).
+@kernel(inline=True)
+def weight_traffic(mi: np.ndarray, mf: np.ndarray, tokens: int) -> float:
+    """``W_read(T)``: the weights one forward pass over ``tokens`` tokens streams, plus one
+    embedding row per token. A mixture of experts reads its fixed part and the experts its tokens
+    touch, ``τ(T) = E·(1 − q^T)`` per layer under uniform top-k routing, q = 1 − k/E, with q^T by
+    binary exponentiation (levers-parallel §4): ``(L·(f + τ·X) + rest)·b_w + T·row``."""
+    if mi[MI_EXPERTS]:
+        r, x, n = 1.0, mf[MF_TOPK_FRAC], tokens
+        while n > 0:
+            if n & 1:
+                r = r * x
+            x = x * x
+            n >>= 1
+        tau = mf[MF_EXPERT_SLOTS] * (1.0 - r)
+        weights = (mf[MF_MOE_LAYERS] * (mf[MF_W_DENSE] + tau * mf[MF_W_EXPERT]) + mf[MF_W_REST]) * mf[MF_WB]
+        return weights + tokens * mf[MF_ROW]
+    return mf[MF_W_STR] + tokens * mf[MF_ROW]
+
+
+@kernel(inline=True)
+def prefill_parts(mi: np.ndarray, mf: np.ndarray, tokens: int, quad: int, n: int) -> tuple[int, float, float]:
+    """FLOPs, weight traffic and KV bytes of one prefill step over ``n`` whole prompts (§1.3).
 
     ``tokens`` = Σ s_i and ``quad`` = Σ s_i·(s_i + 1) (the causal-attention term). Bytes: the
-    weights streamed once, one embedding row per token, the KV written.
+    weights streamed once, one embedding row per token (:func:`weight_traffic`), the KV written.
     """
     if mi[MI_LM_LAST]:
         flops = mi[MI_TWO_PLAYERS] * tokens + mi[MI_TWO_VD] * n + mi[MI_TWO_LD] * quad
     else:
         flops = mi[MI_TWO_PMM] * tokens + mi[MI_TWO_LD] * quad
-    weights = mf[MF_W_STR]
-    if mi[MI_EXPERTS]:  # dense part + experts touched (see MF_W_EXPERT)
-        weights = mf[MF_W_DENSE] + mf[MF_EXPERT_SLOTS] * (1.0 - (1.0 - mf[MF_TOPK_FRAC]) ** tokens) * mf[MF_W_EXPERT]
-    return flops, weights + tokens * mf[MF_ROW] + tokens * mf[MF_KV_TOK]
+    return flops, weight_traffic(mi, mf, tokens), tokens * mf[MF_KV_TOK]
+
+
+def prefill_work(mi: np.ndarray, mf: np.ndarray, tokens: int, quad: int, n: int) -> tuple[int, float]:
+    """FLOPs and bytes of one prefill step (:func:`prefill_parts`, bytes summed)."""
+    flops, w, o = prefill_parts(mi, mf, tokens, quad, n)
+    return flops, w + o
+
+
+@kernel(inline=True)
+def decode_parts(mi: np.ndarray, mf: np.ndarray, batch: int, context: int) -> tuple[int, float, float]:
+    """FLOPs, weight traffic and KV bytes of one decode step: ``batch`` sequences whose contexts
+    sum to ``context`` (§1.4, including the reference's self-attention term). KV: all cached KV
+    read plus the new tokens' KV."""
+    flops = mi[MI_TWO_PMM] * batch + mi[MI_FOUR_LD] * (context + batch)
+    return flops, weight_traffic(mi, mf, batch), (context + batch) * mf[MF_KV_TOK]
 
 
 def decode_work(mi: np.ndarray, mf: np.ndarray, batch: int, context: int) -> tuple[int, float]:
-    """FLOPs and bytes of one decode step: ``batch`` sequences whose contexts sum to ``context``
-    (§1.4, including the reference's self-attention term). Bytes: weights, embedding rows, all
-    cached KV read plus the new tokens' KV."""
-    flops = mi[MI_TWO_PMM] * batch + mi[MI_FOUR_LD] * (context + batch)
-    weights = mf[MF_W_STR]
-    if mi[MI_EXPERTS]:  # dense part + experts touched (see MF_W_EXPERT)
-        weights = mf[MF_W_DENSE] + mf[MF_EXPERT_SLOTS] * (1.0 - (1.0 - mf[MF_TOPK_FRAC]) ** batch) * mf[MF_W_EXPERT]
-    return flops, weights + batch * mf[MF_ROW] + (context + batch) * mf[MF_KV_TOK]
+    """FLOPs and bytes of one decode step (:func:`decode_parts`, bytes summed)."""
+    flops, w, o = decode_parts(mi, mf, batch, context)
+    return flops, w + o
+
+
+def mixed_work(mi: np.ndarray, mf: np.ndarray, batch: int, context: int, chunk_tokens: int, chunk_attn: int,
+               chunk_kv: int, n_last: int) -> tuple[int, float]:
+    """FLOPs and bytes of a step mixing ``batch`` decode rows (contexts summing to ``context``)
+    with prompt chunks (levers-serving §2.5): ``chunk_tokens`` = Σ c_k, ``chunk_attn`` =
+    Σ c_k·(2·p0_k + c_k + 1) (causal attention over the p0_k positions before each chunk and
+    itself), ``chunk_kv`` = Σ (p0_k + c_k) (KV read and written), ``n_last`` chunks end a prompt.
+
+    With no chunks this is :func:`decode_work`; with no decode rows and every p0 = 0 it is
+    :func:`prefill_work` (dense models only).
+    """
+    if mi[MI_LM_LAST]:
+        lm = mi[MI_TWO_PLAYERS] * chunk_tokens + mi[MI_TWO_VD] * n_last
+    else:
+        lm = mi[MI_TWO_PMM] * chunk_tokens
+    flops = mi[MI_TWO_PMM] * batch + mi[MI_FOUR_LD] * (context + batch) + lm + mi[MI_TWO_LD] * chunk_attn
+    tokens = batch + chunk_tokens
+    return flops, mf[MF_W_STR] + tokens * mf[MF_ROW] + (context + batch + chunk_kv) * mf[MF_KV_TOK]
 
 
 def roofline(hf: np.ndarray, flops: float, nbytes: float) -> tuple[float, float, float]:

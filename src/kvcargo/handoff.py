@@ -19,8 +19,11 @@ from typing import Literal
 import numpy as np
 
 from kvcargo.catalog import Catalog, Codec, Link, Model
-from kvcargo.cost import Pool, prefill_step, require_fit, shape
+from kvcargo.cost import Pool, model_coefficients, prefill_step, require_fit, shape
 from kvcargo.errors import KvcargoError
+from kvcargo.formats import is_default, require_units, with_formats
+from kvcargo.limits import check_ranges, max_step_tokens, step_token_error
+from kvcargo.speculative import draft_prefill_time, make_draft
 
 Placement = Literal["transit", "endpoint"]
 SendMode = Literal["whole", "layerwise"]
@@ -48,8 +51,14 @@ class Compression:
     """freq-keep-k: fraction of coefficients kept (ratio 1/keep)."""
     given_ratio: float | None = None
     """The ``ratio`` codec: the wire ratio the user measured."""
+    ops_per_byte: float = TRANSIT_OPS_PER_BYTE
+    """In transit: the stage's compute budget, operations per line byte."""
+    pj_per_bit: float = TRANSIT_PJ_PER_BIT
+    """In transit: the stage's energy per input bit."""
 
     def __post_init__(self) -> None:
+        if not self.ops_per_byte > 0:
+            raise KvcargoError(f"--transit-ops-per-byte must be > 0, got {self.ops_per_byte:g}")
         if self.at not in ("transit", "endpoint"):
             raise KvcargoError(f"unknown placement {self.at!r}; valid choices: endpoint, transit")
         if self.keep is not None:
@@ -143,9 +152,9 @@ def transfers(link: Link, compression: Compression | None, nbytes: np.ndarray, k
         t_ops, transit_j = zeros, zeros
         duration = link.latency + t_wire
     else:
-        t_ops = (compression.codec.ops_per_value * (n / kv_value_bytes)) / (TRANSIT_OPS_PER_BYTE * link.bandwidth)
+        t_ops = (compression.codec.ops_per_value * (n / kv_value_bytes)) / (compression.ops_per_byte * link.bandwidth)
         duration = link.latency + TRANSIT_LATENCY_S + np.maximum(t_wire, t_ops)
-        transit_j = n * 8 * TRANSIT_PJ_PER_BIT * 1e-12
+        transit_j = n * 8 * compression.pj_per_bit * 1e-12
         latency = link.latency + TRANSIT_LATENCY_S
     slice_time = np.maximum(t_wire, t_ops) / groups
     return Transfers(duration, wire, wire * 8 * link.pj_per_bit * 1e-12, transit_j, t_ops > t_wire,
@@ -177,6 +186,7 @@ class HandoffResult:
     devices_per_instance: int
     kv_bytes_per_token: int
     kv_bytes: int
+    """What crosses: the prompt's KV in its storage format (and a speculative draft's)."""
     wire_bytes: float
     ratio: float
     bandwidth: float
@@ -185,6 +195,8 @@ class HandoffResult:
     prefill_s: float
     exposed_s: float
     link_full_rps: float
+    draft_kv_bytes_per_token: int = 0
+    """A speculative draft's KV per token: its prompt KV crosses with the target's."""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -204,13 +216,19 @@ def exposed_after_prefill(latency: float, wire_s: float, prefill_s: float, layer
 
 
 def calculate(model: Model, prompt: int, link: Link, pool: Pool, compression: Compression | None = None,
-              send: SendMode = "whole") -> HandoffResult:
-    """Hand-off size, wire bytes, transfer, prefill, exposed time and link saturation rate."""
+              send: SendMode = "whole", draft: Model | None = None) -> HandoffResult:
+    """Hand-off size, wire bytes, transfer, prefill, exposed time and link saturation rate.
+
+    With a speculative ``draft``, its prompt KV crosses too and its prefill follows the target's."""
     if not isinstance(prompt, int) or isinstance(prompt, bool) or prompt <= 0:
         raise KvcargoError(f"prompt must be a positive whole number of tokens, got {prompt!r}")
+    limit = max_step_tokens(model_coefficients(model)[0])
+    if prompt > limit:
+        raise step_token_error(model.key, "--prompt", prompt, limit)
     require_fit(model, pool, "prefill")
     s = shape(model)
-    kv = s.handoff_bytes(prompt)
+    draft_kv = shape(draft).kv_per_token if draft is not None else 0
+    kv = s.handoff_bytes(prompt) + prompt * draft_kv
     ratio = compression.ratio if compression else 1.0
     wire = kv / ratio
     if compression is not None and compression.codec.kind == "kivi":  # the ratio depends on the prompt
@@ -218,6 +236,8 @@ def calculate(model: Model, prompt: int, link: Link, pool: Pool, compression: Co
         ratio = kv / wire
     wire_s = wire / link.bandwidth
     prefill_s = prefill_step(model, pool, [prompt]).time
+    if draft is not None:
+        prefill_s += draft_prefill_time(draft, pool, [prompt])
     return HandoffResult(
         model=model.key,
         prompt_tokens=prompt,
@@ -236,15 +256,33 @@ def calculate(model: Model, prompt: int, link: Link, pool: Pool, compression: Co
         prefill_s=prefill_s,
         exposed_s=exposed_after_prefill(link.latency, wire_s, prefill_s, model.layers, send),
         link_full_rps=link.bandwidth * ratio / kv if kv else math.inf,
+        draft_kv_bytes_per_token=draft_kv,
     )
 
 
 def calculate_keys(cat: Catalog, model: str, prompt: int, link: str, kv_compress: str | None = None,
                    kv_keep: float | None = None, kv_ratio: float | None = None, send: SendMode = "whole",
-                   device: str = "h100", devices_per_instance: int = 1) -> tuple[HandoffResult, Model, Link, Pool]:
+                   device: str = "h100", devices_per_instance: int = 1, weight_format: str | None = None,
+                   kv_format: str | None = None, compute_format: str | None = None,
+                   speculative: str | None = None) -> tuple[HandoffResult, Model, Link, Pool]:
     """The calculator from catalog keys (what the CLI and the web API take): the result and the
-    model, link and prefill pool it was computed for."""
+    model (in its storage formats), link and prefill pool it was computed for. Unset formats
+    are BF16."""
+    if kv_compress is None and (kv_keep is not None or kv_ratio is not None):
+        raise KvcargoError(f"--kv-{'keep' if kv_keep is not None else 'ratio'} needs a codec: add --kv-compress "
+                           f"{'freq-keep-k' if kv_keep is not None else 'ratio'}")
+    check_ranges({"kv_keep": kv_keep, "kv_ratio": kv_ratio, "devices_per_instance": devices_per_instance})
+    weight_format, kv_format, compute_format = (f or "bf16" for f in (weight_format, kv_format, compute_format))
+    if compute_format not in ("bf16", weight_format):
+        raise KvcargoError("--compute-format must be bf16 (weight-only) or the weight format itself")
+    if kv_format != "bf16" and kv_compress:
+        raise KvcargoError("KV hand-off compression assumes a BF16 KV cache: drop --kv-format or --kv-compress")
     m, ln = cat.model(model), cat.link(link)
-    pool = Pool(cat.device(device), devices_per_instance)
+    if not is_default(weight_format, kv_format, compute_format):
+        m = with_formats(m, weight_format, kv_format)
+    dev = cat.device(device)
+    require_units(dev, compute_format, "prefill")
+    pool = Pool(dev, devices_per_instance, precision=compute_format)
     codec = Compression(cat.codec(kv_compress), "transit", kv_keep, kv_ratio) if kv_compress else None
-    return calculate(m, prompt, ln, pool, codec, send), m, ln, pool
+    draft = make_draft(m, speculative, cat, None, None, None).model if speculative else None
+    return calculate(m, prompt, ln, pool, codec, send, draft), m, ln, pool

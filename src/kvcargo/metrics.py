@@ -19,6 +19,7 @@ from kvcargo._jit import kernel
 from kvcargo.cost import silicon_cost_usd
 from kvcargo.engine.cluster import EngineOutput
 from kvcargo.engine.state import DONE, REJECTED, S_BUSY, S_BYTES, S_EC, S_EM, S_FLOPS, S_STEPS
+from kvcargo.lever_metrics import lever_summary
 from kvcargo.stats import exact_mean, exact_sum, exact_weighted_mean, percentiles, weighted_percentiles
 
 WARMUP_FRACTION = 0.1
@@ -84,9 +85,20 @@ def stage_times(out: EngineOutput) -> dict[str, np.ndarray]:
 
 def itl_sample(out: EngineOutput, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every token gap after the first token of ``requests``, as (values, multiplicities)."""
+    if out.itl_values is not None:
+        spans = [out.itl_values[out.itl_offsets[r]:out.itl_offsets[r + 1]] for r in requests]
+        values = np.concatenate(spans) if spans else np.zeros(0)
+        return values, np.ones(len(values), dtype=np.int64)
     sel = requests[(out.output[requests] >= 2) & (out.first_step[requests] >= 0)]
-    return _token_gaps(out.steps[:, 1], out.step_inst[:, 0], max(1, out.resolved.n_decode),
-                       out.decode_inst[sel], out.first_step[sel], out.output[sel], out.first_token[sel])
+    speculative = out.resolved.levers.draft is not None
+    # a verify pass's tokens arrive together: one gap per pass, then zeros for the extra tokens
+    steps = out.verify_passes[sel] + 1 if speculative else out.output[sel]
+    values, weights = _token_gaps(out.steps[:, 1], out.step_inst[:, 0], max(1, out.resolved.n_decode),
+                                  out.decode_inst[sel], out.first_step[sel], steps, out.first_token[sel])
+    if speculative:
+        values = np.append(values, 0.0)
+        weights = np.append(weights, int(np.sum(out.output[sel] - steps)))
+    return values, weights
 
 
 @kernel
@@ -184,9 +196,17 @@ def summarize(out: EngineOutput) -> dict[str, Any]:
     s["instances"] = _instances(out)
     s |= _hotspot(s, res.colocated)
     s |= _cost(out, s["output_tok_per_s"])
+    if out.levers:
+        s |= out.levers
+        if "swap_J" in out.levers:
+            s["share_swap"] = out.swap_j / s["energy_j"]
+    s |= lever_summary(out, s)
     latency = out.finish[done] - out.arrival[done]
     s["littles_population"] = exact_sum(latency) / H if H > 0 else math.nan
     s["littles_expected"] = s["req_per_s"] * exact_mean(latency)
+    s["link_gbytes_per_s"] = s["link_gbps"]  # GB/s (bytes, not bits); "link_gbps" stays as a deprecated alias
+    s["clipped_prompts"] = res.workload.clipped_prompts
+    s["clipped_outputs"] = res.workload.clipped_outputs
     return s
 
 
@@ -259,8 +279,13 @@ def _energy(out: EngineOutput, out_tokens: int) -> dict[str, float]:
     static = sum(pool.idle_w * H for _, pool in _pools(out))
     compute = sum(row[S_EC] for row in stats)
     memory = sum(row[S_EM] for row in stats)
+    scale_up = sum(row[1] for row in out.lever_stats)  # TP/PP/EP traffic inside instances
     total = static + compute + memory + out.link_j + out.transit_j
+    if out.swap_j:
+        total += out.swap_j
+    total += scale_up  # §7: swap J, then scale-up link J
     return {
+        "energy_scale_up_j": scale_up, "share_scale_up": scale_up / total,
         "energy_j": total,
         "energy_static_j": static, "energy_compute_j": compute, "energy_memory_j": memory,
         "energy_link_j": out.link_j, "energy_transit_j": out.transit_j,

@@ -20,6 +20,7 @@ from kvcargo.config import SimConfig, resolve
 from kvcargo.engine.cluster import EngineOutput, run
 from kvcargo.engine.state import REJECTED
 from kvcargo.metrics import summarize
+from kvcargo.outputs import atomic_path
 from kvcargo.workload import Workload
 
 REQUEST_COLUMNS = ("rid", "arrival", "prompt_len", "output_len", "prefill_start", "first_token",
@@ -60,7 +61,7 @@ class SimResult:
     def write_requests_csv(self, path: str | Path) -> None:
         """One row per request; empty cells where a stage does not apply; floats as ``repr``."""
         cols = self.requests()
-        with open(path, "w", newline="", encoding="utf-8") as fh:
+        with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
             w.writerow(REQUEST_COLUMNS)
             data = [cols[c].tolist() for c in REQUEST_COLUMNS]
@@ -69,8 +70,11 @@ class SimResult:
                             for v in row])
 
 
-def simulate(config: SimConfig | None = None, workload: Workload | None = None, **overrides: Any) -> SimResult:
-    """Run one simulation. ``overrides`` are configuration fields (``rate=12, link="eth-25g"``)."""
+def simulate(config: SimConfig | None = None, workload: Workload | str | None = None, **overrides: Any) -> SimResult:
+    """Run one simulation. ``overrides`` are configuration fields (``rate=12, link="eth-25g"``);
+    ``workload`` is a request stream, or the name of a preset (the ``--workload`` field)."""
+    if isinstance(workload, str):
+        overrides["workload"], workload = workload, None
     if config is None:
         config = SimConfig.build(**overrides)
     elif overrides:

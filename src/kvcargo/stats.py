@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from kvcargo._jit import ENABLED, kernel
+from kvcargo._jit import fast, kernel
 
 
 @kernel(inline=True)
@@ -109,7 +109,7 @@ def _weighted_sum(values, weights):
 def exact_sum(x: np.ndarray) -> float:
     """``math.fsum(x)``, compiled when numba is available."""
     x = np.ascontiguousarray(x, dtype=np.float64)
-    if ENABLED and len(x) > 256:
+    if fast(_shewchuk_sum) and len(x) > 256:
         return float(_shewchuk_sum(x))
     return math.fsum(x.tolist())
 
@@ -128,7 +128,7 @@ def exact_weighted_mean(values: np.ndarray, weights: np.ndarray) -> float:
         return math.nan
     v = np.ascontiguousarray(values, dtype=np.float64)
     w = np.ascontiguousarray(weights, dtype=np.float64)
-    if ENABLED:
+    if fast(_weighted_sum):
         return float(_weighted_sum(v, w)) / n
     return math.fsum(x for pair in map(_two_product, v.tolist(), w.tolist()) for x in pair) / n
 
@@ -166,7 +166,7 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, ps: tuple[floa
         return [math.nan] * len(ps)
     ranks = [_ranks(n, p) for p in ps]
     wanted = np.array(sorted({k for lo, hi, _ in ranks for k in (lo, hi)}), dtype=np.int64)
-    if ENABLED:
+    if fast(_weighted_select):
         found = dict(zip(wanted.tolist(), _weighted_select(v, w, wanted).tolist()))
     else:
         order = np.argsort(v)  # ties need no order: equal values are interchangeable

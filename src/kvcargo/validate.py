@@ -7,9 +7,10 @@ Where kvcargo's illustrative model is compared with a measurement (``expect = "g
 difference is reported as a gap, never hidden and never a failure; a check that kvcargo should
 reproduce (KV sizes, parameter counts, trace statistics) fails when it does not.
 
-Trace statistics need the trace files (not shipped with kvcargo); they are looked for in
-``trace_dir``, ``$KVCARGO_TRACE_DIR``, then ``shared/data/traces`` and ``data/traces`` under the
-current directory and its parent. A missing file makes the check "skipped", with the reason.
+Trace statistics read the trace files from ``trace_dir``, ``$KVCARGO_TRACE_DIR``,
+``shared/data/traces`` or ``data/traces`` under the current directory and its parent, else the
+traces shipped with kvcargo. A file missing from a given directory makes its check "skipped",
+with the reason.
 """
 
 from __future__ import annotations
@@ -88,13 +89,15 @@ def shown(value: float, unit: str, digits: int) -> str:
 
 
 def find_trace_dir(trace_dir: str | Path | None = None) -> Path | None:
-    """The first existing trace directory: the argument, ``$KVCARGO_TRACE_DIR``, then
-    :data:`TRACE_DIRS` under the current directory."""
+    """The first existing trace directory: the argument, ``$KVCARGO_TRACE_DIR``,
+    :data:`TRACE_DIRS` under the current directory, then the built-in traces."""
+    from kvcargo.workload.builtin import trace_dir as builtin_dir
+
     candidates = [trace_dir, os.environ.get("KVCARGO_TRACE_DIR"), *TRACE_DIRS]
     for c in candidates:
         if c and Path(c).is_dir():
             return Path(c)
-    return None
+    return builtin_dir()
 
 
 # ------------------------------------------------------------------------- what kvcargo computes

@@ -138,8 +138,9 @@ def _cbrt(x: float) -> float:
     return math.copysign(abs(x) ** (1.0 / 3.0), x)
 
 
-def step(inst: Instance, flops: float, nbytes: float) -> tuple[float, float, float]:
-    """§3: step time (overhead included), compute and memory energy."""
+def step(inst: Instance, flops: float, nbytes: float, overhead: float = STEP_OVERHEAD_S) -> tuple[float, float, float]:
+    """§3: step time (``overhead`` included: a parallel slot or a draft pass has none), compute
+    and memory energy."""
     t_c = flops / inst.r_f
     t_m = nbytes / inst.r_b
     e_c = flops * inst.j_f
@@ -159,7 +160,7 @@ def step(inst: Instance, flops: float, nbytes: float) -> tuple[float, float, flo
     e_c = e_c * s * s
     if (e_c + e_m) / t > p:
         t = (e_c + e_m) / p
-    return t + STEP_OVERHEAD_S, e_c, e_m
+    return t + overhead, e_c, e_m
 
 
 def elementwise_pass(inst: Instance, ops: float, nbytes: float) -> tuple[float, float, float]:

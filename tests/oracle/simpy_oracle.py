@@ -20,6 +20,7 @@ import numpy as np
 import simpy
 
 from . import costs, handoff
+from . import levers as lever_costs
 
 NAN = float("nan")
 
@@ -127,6 +128,9 @@ class _Instance:
     """Requests prefilled."""
     batches: list[int] = field(default_factory=list)
     """Batch size of every decode step."""
+    layout: lever_costs.Layout | None = None
+    """With the companion's levers: the instance's parallel layout and the draft's device."""
+    draft_cost: costs.Instance | None = None
 
     def submit(self, req: _Req) -> None:
         """Append to the queue and wake the instance if it sleeps."""
@@ -154,9 +158,14 @@ class _Sim:
 
     def __init__(self, wl: Any, model: Any, prefill_pool: Any, decode_pool: Any, n_prefill: int,
                  n_decode: int, link: Any, channels: int, compression: Any, mode: str,
-                 n_colocated: int | None, lm_head: str, token_budget: int, max_batch: int) -> None:
+                 n_colocated: int | None, lm_head: str, token_budget: int, max_batch: int,
+                 levers: Any = None) -> None:
         self.env = env = simpy.Environment()
         self.shape = shape = costs.shape(model)
+        self.model, self.levers = model, levers
+        self.draft = levers.draft if levers is not None else None
+        self.rng: dict[int, int] = {}  # per request: its acceptance stream's state (§6.4)
+        handoff_tok = shape.kv_tok + (lever_costs.kv_tok(self.draft.model) if self.draft else 0)
         self.lm_head, self.channels = lm_head, channels
         self.budget, self.max_batch, self.mode = token_budget, max_batch, mode
         self.reqs = [_Req(i, float(a), int(p), int(o))
@@ -165,7 +174,7 @@ class _Sim:
         if codec is not None and codec.at == "endpoint" and codec.is_identity:
             codec = None  # "none" at the endpoint does nothing (§5)
         self.codec = codec
-        self.xfer = [handoff.transfer(link, codec, r.prompt * shape.kv_tok, model.kv_bytes) for r in self.reqs]
+        self.xfer = [handoff.transfer(link, codec, r.prompt * handoff_tok, model.kv_bytes) for r in self.reqs]
         if codec is not None and codec.at == "endpoint":
             self.ep_work = [handoff.endpoint_work(codec, r.prompt * shape.kv_tok, r.prompt, model.kv_bytes)
                             for r in self.reqs]
@@ -178,6 +187,8 @@ class _Sim:
             raise ValueError("the oracle knows the reference's fixed-ratio codecs only")
 
         def inst(name: str, pool: Any) -> _Instance:
+            if levers is not None:
+                return self.lever_instance(name, pool)
             if pool.precision != "bf16":
                 raise ValueError("the oracle knows the reference's BF16 compute only")
             d = pool.device
@@ -203,6 +214,63 @@ class _Sim:
         else:
             raise ValueError(f"unknown mode {mode!r}")
         env.process(self.arrivals())
+
+    def lever_instance(self, name: str, pool: Any) -> _Instance:
+        """An instance under the companion's levers: compute at the format's native rate, the
+        pool's layout (a stage of tp GPUs, the scale-up link), the draft's device; the capacity
+        is the resolved one (its check values are pinned in the lever tests)."""
+        d = pool.device
+        speedup = 1.0 if pool.precision == "bf16" else d.lowp_speedup[pool.precision]
+        pl = self.levers.prefill if name.startswith("prefill") else self.levers.decode
+        c = costs.instance(d, pool.n, pool.power_cap_w, pool.dvfs, speedup)
+        i = _Instance(self.env, name, d.key, pool.n, d.die_mm2, c, pl.kv_capacity)
+        lay = pl.layout
+        if lay is not None:
+            i.layout = lever_costs.Layout(lay.tp, lay.pp, lay.ep, lay.microbatches, lay.imbalance,
+                                          costs.instance(d, lay.tp, pool.power_cap_w, pool.dvfs, speedup),
+                                          pl.scale_up.bandwidth, pl.scale_up.latency, pl.scale_up.pj_per_bit)
+        if self.draft is not None:
+            i.draft_cost = c
+        return i
+
+    def lever_step(self, inst: _Instance, prompts: list[int] | None) -> tuple[float, float, float, float, float]:
+        """A step under the levers (levers-parallel §2.2, §6.3): prefill of ``prompts`` or a decode
+        (verify) step over the running rows, then the draft's passes, added left to right."""
+        m, draft = self.model, self.draft
+        if prompts is not None:
+            flops, w, o, tokens = lever_costs.prefill_parts(m, prompts, self.lm_head)
+        else:
+            b = len(inst.running)
+            ctx = sum(r.prompt + r.tokens_out for r in inst.running)
+            parts = lever_costs.decode_parts(m, b, ctx) if draft is None else lever_costs.verify_parts(
+                m, b, ctx, draft.gamma)
+            flops, w, o, tokens = parts
+        t, nbytes, e_c, e_m = lever_costs.forward(m, inst.cost, inst.layout, flops, w, o, tokens)
+        if draft is not None:
+            if prompts is not None:
+                passes = [lever_costs.prefill_parts(draft.model, prompts, self.lm_head)]
+            else:
+                passes = [lever_costs.decode_parts(draft.model, b, ctx + j * b) for j in range(draft.gamma)]
+            for f_d, w_d, o_d, _ in passes:
+                t_d, c_d, m_d = costs.step(inst.draft_cost, f_d, w_d + o_d, overhead=0.0)
+                t, flops, nbytes, e_c, e_m = t + t_d, flops + f_d, nbytes + (w_d + o_d), e_c + c_d, e_m + m_d
+        return t, flops, nbytes, e_c, e_m
+
+    def gained(self, r: _Req) -> int:
+        """Tokens a row gains in a verify pass: draws until a rejection or γ acceptances, plus the
+        target's own token, capped at what is left (§6.4)."""
+        d = self.draft
+        if d is None:
+            return 1
+        state = self.rng.setdefault(r.i, (d.seed + r.i * 2654435761) % 2**32)
+        k = 0
+        while k < d.gamma:
+            state, u = lever_costs.mulberry32(state)
+            if u >= d.alpha:
+                break
+            k += 1
+        self.rng[r.i] = state
+        return min(k + 1, r.output - r.tokens_out)
 
     # ------------------------------------------------------------------------------ events
     def arrivals(self) -> Generator[simpy.Event, Any, None]:
@@ -235,8 +303,11 @@ class _Sim:
         the pass's FLOPs/bytes/energies are folded into the step's before accumulating (the
         reference's J/token for the fp8-endpoint run is reproduced only in this order).
         """
-        flops, nbytes = costs.prefill_work(self.shape, [r.prompt for r in batch], self.lm_head)
-        t, e_c, e_m = costs.step(inst.cost, flops, nbytes)
+        if self.levers is not None:
+            t, flops, nbytes, e_c, e_m = self.lever_step(inst, [r.prompt for r in batch])
+        else:
+            flops, nbytes = costs.prefill_work(self.shape, [r.prompt for r in batch], self.lm_head)
+            t, e_c, e_m = costs.step(inst.cost, flops, nbytes)
         c = self.codec
         senders = [r for r in batch if r.output > 1]
         if self.mode == "disagg" and c is not None and c.at == "endpoint" and senders:
@@ -253,16 +324,20 @@ class _Sim:
     def decode_step(self, inst: _Instance) -> Generator[simpy.Event, Any, None]:
         """One continuous-batching decode step over every running sequence (§6.2.4)."""
         env = self.env
-        ctx = sum(r.prompt + r.tokens_out for r in inst.running)
-        flops, nbytes = costs.decode_work(self.shape, len(inst.running), ctx)
-        t, e_c, e_m = costs.step(inst.cost, flops, nbytes)
+        if self.levers is not None:
+            t, flops, nbytes, e_c, e_m = self.lever_step(inst, None)
+        else:
+            ctx = sum(r.prompt + r.tokens_out for r in inst.running)
+            flops, nbytes = costs.decode_work(self.shape, len(inst.running), ctx)
+            t, e_c, e_m = costs.step(inst.cost, flops, nbytes)
         inst.charge(t, flops, nbytes, e_c, e_m)
         inst.batches.append(len(inst.running))
         yield env.timeout(t)
         still = []
         for r in inst.running:
-            r.itls.append(env.now - r.last_token)
-            r.tokens_out += 1
+            n = self.gained(r)  # tokens of one verify pass arrive together: one gap, then zeros
+            r.itls += [env.now - r.last_token] + [0.0] * (n - 1)
+            r.tokens_out += n
             r.last_token = env.now
             if r.tokens_out >= r.output:
                 inst.kv_used -= r.prompt + r.output
@@ -396,7 +471,7 @@ def _least(instances: list[_Instance], load: Any) -> _Instance:
 def run_oracle(workload: Any, *, model: Any, prefill_pool: Any, decode_pool: Any, n_prefill: int = 1,
                n_decode: int = 1, link: Any, channels: int = 1, compression: Any = None,
                mode: str = "disagg", n_colocated: int | None = None, lm_head: str = "all",
-               token_budget: int = 8192, max_batch: int = 256) -> OracleResult:
+               token_budget: int = 8192, max_batch: int = 256, levers: Any = None) -> OracleResult:
     """Simulate ``workload`` on the cluster with the reference's event semantics (§6).
 
     ``mode="colocated"`` runs ``n_colocated`` (default ``n_prefill + n_decode``) instances of
@@ -408,7 +483,7 @@ def run_oracle(workload: Any, *, model: Any, prefill_pool: Any, decode_pool: Any
     if mode == "colocated":
         compression = None
     return _Sim(workload, model, prefill_pool, decode_pool, n_prefill, n_decode, link, channels, compression,
-                mode, n_colocated, lm_head, token_budget, max_batch).run()
+                mode, n_colocated, lm_head, token_budget, max_batch, levers).run()
 
 
 def run_resolved(res: Any) -> OracleResult:

@@ -83,6 +83,9 @@ class Model(_Entry):
             object.__setattr__(self, "head_dim", self.d_model // self.heads)
         if self.kv_heads > self.heads:
             raise ValueError("kv_heads must not exceed heads")
+        if self.heads % self.kv_heads and self.kv_layout != "mla":
+            raise ValueError(f"kv_heads ({self.kv_heads}) must divide heads ({self.heads}): each K/V head "
+                             "serves a whole group of query heads")
         if self.experts and not 0 < self.top_k <= self.experts:
             raise ValueError("a mixture of experts needs 0 < top_k <= experts")
         self._check_layout()

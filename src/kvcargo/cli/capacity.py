@@ -10,14 +10,15 @@ import click
 
 from kvcargo.cli.options import config_from, sim_options
 from kvcargo.cli.simulate import jsonable
+from kvcargo.report.text import count
 
 
 @click.command("capacity")
 @sim_options
 @click.option("--target", type=float, default=0.9, show_default=True,
-              help="share of requests that must meet both SLOs")
+              help="share of requests that must meet both SLOs [range: > 0, ≤ 1]")
 @click.option("--rtol", type=float, default=0.02, show_default=True,
-              help="stop bisecting when hi - lo <= rtol * hi")
+              help="stop bisecting when hi - lo <= rtol * hi [range: > 0, < 1]")
 @click.option("--no-search", is_flag=True, help="the analytic ceilings only (no simulation)")
 @click.option("--plot", type=click.Path(dir_okay=False), metavar="FILE",
               help="SLO attainment of every probe vs rate: .png (matplotlib) or .html (plotly)")
@@ -32,12 +33,18 @@ def command(target: float, rtol: float, no_search: bool, plot: str | None, as_js
     if params.get("rate") is not None:
         raise KvcargoError("capacity searches the arrival rate: drop --rate")
     check_target(target, rtol)
+    if plot:
+        from kvcargo.report.plots import check_plot
+
+        check_plot(plot)
     config = config_from(params)
     data = capacity(config, target, rtol, do_search=not no_search)
     if plot:
+        from kvcargo.outputs import atomic_path
         from kvcargo.report.plots import capacity_figure
 
-        capacity_figure(data, plot)
+        with atomic_path(plot) as tmp:
+            capacity_figure(data, tmp)
     if as_json:
         click.echo(json.dumps(jsonable(data), indent=2))
     else:
@@ -85,7 +92,7 @@ def render(data: dict[str, Any]) -> str:
         else:
             lines.append(f"No sustainable rate: below {s['hi']:.3g} req/s still fewer than "
                          f"{100 * s['target']:g}% of requests meet {slo}")
-        lines.append(f"found in {s['simulations']} simulations of {c['requests']} requests "
+        lines.append(f"found in {count(s['simulations'], 'simulation')} of {count(c['requests'], 'request')} "
                      f"(seed {c['seed']}, stop at hi - lo ≤ {s['rtol']:g}·hi):")
         probe_rows = [[i + 1, f"{p['rate']:.4g}", f"{100 * p['slo_attainment']:.1f}%" if not math.isnan(p['slo_attainment'])
                        else "—", "yes" if p["ok"] else "no"] for i, p in enumerate(s["probes"])]

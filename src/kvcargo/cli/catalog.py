@@ -11,7 +11,8 @@ from kvcargo.cli.options import field_options
 from kvcargo.cost import shape
 from kvcargo.report.text import rate_bps, seconds, table
 
-KINDS = tuple(catalog_mod.KINDS)
+KINDS = (*catalog_mod.KINDS, "traces")
+"""The catalog's kinds, then the built-in traces."""
 
 
 @click.command("catalog")
@@ -23,7 +24,8 @@ def command(kind: str | None, catalog: tuple[str, ...], as_json: bool) -> None:
     cat = catalog_mod.load(catalog)
     kinds = [kind] if kind else list(KINDS)
     if as_json:
-        data = {k: {key: e.model_dump(exclude={"key"}) for key, e in getattr(cat, k).items()} for k in kinds}
+        data = {k: _traces_json() if k == "traces" else
+                {key: e.model_dump(exclude={"key"}) for key, e in getattr(cat, k).items()} for k in kinds}
         click.echo(json.dumps(data if kind is None else data[kind], indent=2))
         return
     blocks = []
@@ -54,10 +56,25 @@ def _links(cat: catalog_mod.Catalog) -> str:
     return table(["key", "name", "bandwidth", "latency", "energy"], rows, "llrrr")
 
 
+def _traces_json() -> dict[str, dict[str, str]]:
+    from kvcargo.workload.builtin import TRACES, trace_dir
+
+    return {t.key: {"file": str(trace_dir() / t.file), "source": t.source, "licence": t.licence}
+            for t in TRACES.values()}
+
+
+def _traces(cat: catalog_mod.Catalog) -> str:
+    """The built-in traces (give the key to --workload-file or trace-stats)."""
+    from kvcargo.workload.builtin import TRACES
+
+    rows = [[t.key, t.source, t.licence] for t in TRACES.values()]
+    return table(["key", "source", "licence"], rows, "lll")
+
+
 def _codecs(cat: catalog_mod.Catalog) -> str:
     rows = [[key, c.name, f"{c.ratio:.3f}", f"{c.ops_per_value:g}", "yes" if c.fft else "no"]
             for key, c in cat.codecs.items()]
     return table(["key", "name", "ratio", "ops/value", "FFT"], rows, "llrrl")
 
 
-RENDER = {"models": _models, "devices": _devices, "links": _links, "codecs": _codecs}
+RENDER = {"models": _models, "devices": _devices, "links": _links, "codecs": _codecs, "traces": _traces}

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from kvcargo.config import SimConfig
+from kvcargo.limits import RANGES, number
 
 
 def _click_type(annotation: Any) -> tuple[Any, bool]:
@@ -29,6 +30,38 @@ def _click_type(annotation: Any) -> tuple[Any, bool]:
     return {int: int, float: float, str: str}.get(annotation, str), False
 
 
+def _type_bounds(annotation: Any, metadata: list[Any]) -> dict[str, Any]:
+    """The bounds a field's type puts on it, as ``{"gt"|"ge"|"lt"|"le": value}``."""
+    for arg in typing.get_args(annotation):
+        if typing.get_origin(arg) is typing.Annotated:
+            return _type_bounds(arg, [m for a in typing.get_args(arg)[1:] for m in getattr(a, "metadata", [a])])
+    return {attr: getattr(m, attr) for m in metadata for attr in ("gt", "ge", "lt", "le")
+            if getattr(m, attr, None) is not None}
+
+
+def range_help(name: str) -> str:
+    """`` [range: ...]`` for a numeric SimConfig field (empty for the others): its type's bounds
+    tightened by :data:`~kvcargo.limits.RANGES`."""
+    field = SimConfig.model_fields[name]
+    b = _type_bounds(field.annotation, list(field.metadata))
+    bound = RANGES.get(name)
+    if bound is not None and bound.lo is not None:
+        b = {k: v for k, v in b.items() if k not in ("gt", "ge")} | {"ge": bound.lo}
+    if bound is not None and bound.hi is not None:
+        b = {k: v for k, v in b.items() if k not in ("lt", "le")} | {"le": bound.hi}
+    if not b:
+        return ""
+    if "ge" in b and "le" in b:
+        return f" [range: {number(b['ge'])} to {number(b['le'])}]"
+    signs = {"gt": ">", "ge": "≥", "lt": "<", "le": "≤"}
+    return " [range: " + ", ".join(f"{signs[k]} {number(v)}" for k, v in b.items()) + "]"
+
+
+def plain(text: str | None) -> str:
+    """A docstring as help text: without reStructuredText literal markup."""
+    return (text or "").replace("``", "")
+
+
 def field_options(*names: str) -> Callable[[Callable], Callable]:
     """Add an option for each named SimConfig field: help from its docstring, defaults left to
     SimConfig (an unset flag is omitted)."""
@@ -39,13 +72,14 @@ def field_options(*names: str) -> Callable[[Callable], Callable]:
             flag = "--" + name.replace("_", "-")
             if name == "catalog":
                 fn = click.option(flag, "catalog", multiple=True, type=click.Path(dir_okay=False),
-                                  help=field.description)(fn)
+                                  help=plain(field.description))(fn)
                 continue
             ctype, is_flag = _click_type(field.annotation)
             default = field.default
             shown = f" [default: {default}]" if default not in (None, False) else ""
             kind = {"is_flag": True} if is_flag else {"type": ctype}
-            fn = click.option(flag, name, default=None, help=(field.description or "") + shown, **kind)(fn)
+            help_text = plain(field.description) + range_help(name) + shown
+            fn = click.option(flag, name, default=None, help=help_text, **kind)(fn)
         return fn
 
     return add

@@ -8,28 +8,34 @@ from typing import Any
 
 import click
 
-from kvcargo.cli.options import sim_options
+from kvcargo.cli.options import field_options
 from kvcargo.cli.simulate import jsonable
 from kvcargo.cli.sweep import backend_options, describe_backend, open_backend, show_progress
+from kvcargo.config import SimConfig
+from kvcargo.report.text import count
 
 
 @click.command("plan")
-@sim_options
-@click.option("--gpus", type=int, metavar="N", help="budget: at most N devices in all")
-@click.option("--usd", type=float, metavar="DOLLARS", help="budget: at most this much (catalog price_usd per device)")
+@field_options(*(f for f in SimConfig.model_fields if f != "tp"))  # plan's own --tp lists devices per instance
+@click.option("--gpus", type=int, metavar="N", help="budget: at most N devices in all [range: ≥ 1]")
+@click.option("--usd", type=float, metavar="DOLLARS", help="budget: at most this much (catalog price_usd per device) [range: > 0]")
 @click.option("--power-w", type=float, metavar="WATTS",
-              help="budget: provisioned power (per-device cap, else TDP), all devices")
+              help="budget: provisioned power (per-device cap, else TDP), all devices [range: > 0]")
 @click.option("--cost", type=click.Choice(["gpus", "usd", "power"]),
               help="x axis of the Pareto front [default: the budget's kind]")
 @click.option("--devices", metavar="LIST", help="devices to try in each pool, e.g. h100,a100 [default: --device]")
 @click.option("--tp", metavar="LIST",
               help="devices per instance to try, e.g. 1,2,4 [default: the smallest that fits and its double]")
 @click.option("--links", metavar="LIST", help="KV links to try, e.g. ib-ndr,eth-100g [default: --link]")
-@click.option("--max-instances", type=int, default=32, show_default=True, help="most instances per pool")
+@click.option("--formats", metavar="LIST", help="weight and KV storage formats to try, e.g. bf16,fp8")
+@click.option("--splits", is_flag=True,
+              help="also try every tp x pp split of each instance's devices (with its communication)")
+@click.option("--max-instances", type=int, default=32, show_default=True,
+              help="most instances per pool [range: ≥ 1; at most 50,000 candidates in all]")
 @click.option("--with-colocated", is_flag=True, help="also try colocated clusters of the same devices")
 @click.option("--target", type=float, default=0.9, show_default=True,
-              help="share of requests that must meet both SLOs")
-@click.option("--rtol", type=float, default=0.02, show_default=True, help="relative tolerance of each search")
+              help="share of requests that must meet both SLOs [range: > 0, ≤ 1]")
+@click.option("--rtol", type=float, default=0.02, show_default=True, help="relative tolerance of each search [range: > 0, < 1]")
 @click.option("--steady/--no-steady", default=True, show_default=True,
               help="search again with more requests where a run was shorter than 3 request lifetimes")
 @backend_options
@@ -38,7 +44,7 @@ from kvcargo.cli.sweep import backend_options, describe_backend, open_backend, s
 @click.option("--all", "show_all", is_flag=True, help="list every simulated candidate, not only the front")
 @click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
 def command(gpus: int | None, usd: float | None, power_w: float | None, cost: str | None, devices: str | None,
-            tp: str | None, links: str | None, max_instances: int, with_colocated: bool, target: float, rtol: float,
+            tp: str | None, links: str | None, formats: str | None, splits: bool, max_instances: int, with_colocated: bool, target: float, rtol: float,
             steady: bool, backend: str, workers: int | None, address: str | None, progress: bool | None, plot: str | None,
             show_all: bool, as_json: bool, **params: Any) -> None:
     """Search prefill:decode splits, devices per instance, devices and links within a budget;
@@ -54,14 +60,23 @@ def command(gpus: int | None, usd: float | None, power_w: float | None, cost: st
     from kvcargo.cli.options import config_from, given_params
     from kvcargo.planner import plan as plan_mod
 
+    if plot:
+        from kvcargo.report.plots import check_plot
+
+        check_plot(plot)
     given = set(given_params(params))
     target_rate = params.get("rate")
+    if target_rate is not None:
+        from kvcargo.limits import RANGES
+
+        RANGES["rate"].check("--rate", target_rate)
     base = config_from({k: v for k, v in params.items() if k != "rate"})
     budget = plan_mod.Budget(gpus, usd, power_w)
     space = plan_mod.build_space(
         base, given, budget, devices=plan_mod.parse_list(devices, str, "--devices"),
         tp=plan_mod.parse_list(tp, int, "--tp"), links=plan_mod.parse_list(links, str, "--links"),
-        max_instances=max_instances, with_colocated=with_colocated)
+        max_instances=max_instances, with_colocated=with_colocated,
+        formats=plan_mod.parse_list(formats, str, "--formats"), splits=splits)
     bar = None
     with open_backend(backend, workers, address) as be:
         if show_progress(progress):
@@ -83,10 +98,12 @@ def command(gpus: int | None, usd: float | None, power_w: float | None, cost: st
                 bar.close()
         result.backend = describe_backend(be)
     if plot:
+        from kvcargo.outputs import atomic_path
         from kvcargo.report.plots import pareto_figure
 
-        pareto_figure([c.row() for c in result.candidates], plot, result.cost,
-                      result.best.label if result.best else None)
+        with atomic_path(plot) as tmp:
+            pareto_figure([c.row() for c in result.candidates], tmp, result.cost,
+                          result.best.label if result.best else None, target_rate)
     if as_json:
         click.echo(json.dumps(jsonable(result.as_dict()), indent=2))
     else:
@@ -109,8 +126,9 @@ def render(r, space, show_all: bool = False) -> str:
                  + ("; colocated too" if space.colocated and space.disagg else ""))
     k = r.counts
     pruned = k["below_target"] + k["dominated"]
-    lines.append(f"{k['candidates']} candidates within the budget: {k['do_not_fit']} do not fit, {pruned} pruned by "
-                 f"analytic bounds, {k['simulated']} simulated ({r.simulations} simulations, {r.wall_s:.1f} s, "
+    lines.append(f"{count(k['candidates'], 'candidate')} within the budget: {k['do_not_fit']} do not fit, {pruned} "
+                 f"pruned by analytic bounds, {k['simulated']} simulated ({count(r.simulations, 'simulation')}, "
+                 f"{r.wall_s:.1f} s, "
                  f"{r.backend})" + (f", {k['failed']} failed" if k["failed"] else ""))
     lines.append("")
     from kvcargo.planner.plan import COST_LABEL
@@ -134,13 +152,13 @@ def render(r, space, show_all: bool = False) -> str:
         b = r.best
         why = (f"the cheapest that sustains {r.target_rate:g} req/s" if r.target_rate is not None
                else "the highest capacity within the budget")
-        lines.append(f"Best ({why}): {b.label}: {b.capacity:.2f} req/s on {b.gpus} GPUs"
+        lines.append(f"Best ({why}): {b.label}: {b.capacity:.2f} req/s on {count(b.gpus, 'GPU')}"
                      + (f", ${b.usd:,.0f}" if b.usd else "") + f", {b.power_w:,.0f} W")
         for cmd in r.commands().values():
             lines.append(f"  {cmd}")
     if r.most_efficient is not None and r.most_efficient is not r.best:
         e = r.most_efficient
-        lines.append(f"Most efficient per {cost_head}: {e.label}: {e.capacity:.2f} req/s on {e.gpus} GPUs"
+        lines.append(f"Most efficient per {cost_head}: {e.label}: {e.capacity:.2f} req/s on {count(e.gpus, 'GPU')}"
                      + (f", ${e.usd:,.0f}" if e.usd else ""))
     for note in r.notes:
         lines.append(f"note: {note}")

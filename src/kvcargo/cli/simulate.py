@@ -8,7 +8,9 @@ from typing import Any
 
 import click
 
+from kvcargo.cli.compare import GreedyFloats, compare_configs, refuse_ignored, sweep_rates
 from kvcargo.cli.options import config_from, sim_options
+from kvcargo.outputs import check_output
 
 
 def jsonable(x: Any) -> Any:
@@ -31,15 +33,36 @@ def jsonable(x: Any) -> Any:
               help="write a Chrome trace-event JSON (open it in Perfetto)")
 @click.option("--summary-only", is_flag=True,
               help="print only the summary as JSON and keep nothing per request beyond arrays of floats")
+@click.option("--compare", is_flag=True,
+              help="run the colocated baseline on the same GPUs, then the disaggregated cluster")
+@click.option("--sweep-rate", "sweep_rate", cls=GreedyFloats, type=float, multiple=True,
+              help="run at each of these rates (--sweep-rate 1 2 4) and print one row per run")
 def command(as_json: bool, requests_csv: str | None, trace_file: str | None, summary_only: bool,
-            **params: Any) -> None:
+            compare: bool, sweep_rate: tuple[float, ...], **params: Any) -> None:
     """Simulate prefill pool → KV link → decode pool (or the colocated baseline)."""
     from kvcargo.report.simulation import render
     from kvcargo.simulation import simulate
 
     if summary_only and (requests_csv or trace_file):
         raise click.UsageError("--summary-only keeps no per-request records: drop --requests-csv/--trace")
+    for flag, path, suffixes in (("--requests-csv", requests_csv, (".csv",)), ("--trace", trace_file, (".json",))):
+        if path:
+            check_output(path, flag, suffixes)
+    if (compare or sweep_rate) and (requests_csv or trace_file or summary_only):
+        raise click.UsageError("--compare and --sweep-rate make several runs: drop --requests-csv/--trace/"
+                               "--summary-only")
+    refuse_ignored(params, compare, sweep_rate, as_json)
     config = config_from(params)
+    if sweep_rate:
+        click.echo(sweep_rates(config, sweep_rate, compare))
+        return
+    if compare:
+        results = [simulate(c) for c in compare_configs(config)]
+        if as_json:
+            click.echo(json.dumps(jsonable([r.to_dict() for r in results]), indent=2))
+        else:
+            click.echo("\n\n".join(render(r.config.model_dump(), r.summary) for r in results))
+        return
     result = simulate(config)
     if requests_csv:
         result.write_requests_csv(requests_csv)

@@ -12,6 +12,8 @@ import click
 
 from kvcargo.cli.options import given_params, sim_options
 from kvcargo.cli.simulate import jsonable
+from kvcargo.outputs import atomic_path
+from kvcargo.report.text import count
 
 
 def backend_options(fn: Callable) -> Callable:
@@ -22,7 +24,7 @@ def backend_options(fn: Callable) -> Callable:
                       help="cluster to use: Ray address (else RAY_ADDRESS) or Dask scheduler "
                            "(else DASK_SCHEDULER_ADDRESS); default: start a local one")(fn)
     fn = click.option("--workers", type=int, metavar="N",
-                      help="parallel workers [default: every core; 1 runs in this process]")(fn)
+                      help="parallel workers [range: ≥ 1] [default: every core; 1 runs in this process]")(fn)
     fn = click.option("--backend", type=click.Choice(["local", "ray", "dask"]), default="local",
                       show_default=True, help="where the runs execute")(fn)
     return fn
@@ -77,18 +79,23 @@ def command(sweep_file: str | None, vary: tuple[str, ...], out: str | None, fres
     from kvcargo.planner import grid as grid_mod
     from kvcargo.planner.sweep import run_sweep
 
+    if (fresh or retry_failed) and not out:
+        raise click.UsageError(f"--{'fresh' if fresh else 'retry-failed'} acts on the rows of --out: give --out FILE.csv")
+    check_outputs(out, plot)
     grid = grid_mod.build(given_values(params), vary, sweep_file)
+    check_catalog_keys(grid)
     x, by = plot_axes(grid.varied, x_axis)
     with open_backend(backend, workers, address) as be:
         if not as_json:
-            click.echo(f"sweep: {len(grid)} runs ({' x '.join(n.replace('_', '-') for n in grid.varied)}) "
+            click.echo(f"sweep: {count(len(grid), 'run')} ({' x '.join(n.replace('_', '-') for n in grid.varied)}) "
                        f"on {describe_backend(be)}", err=True)
         result = run_sweep(grid, be, out, resume=not fresh, retry_failed=retry_failed,
                            progress=show_progress(progress))
     if plot:
         from kvcargo.report.plots import sweep_figure
 
-        sweep_figure(result.grid_rows, plot, x, by)
+        with atomic_path(plot) as tmp:
+            sweep_figure(result.grid_rows, tmp, x, by)
     if as_json:
         click.echo(json.dumps(jsonable(result.grid_rows), indent=2))
         return
@@ -100,16 +107,47 @@ def command(sweep_file: str | None, vary: tuple[str, ...], out: str | None, fres
         where.append(str(result.parquet_path))
     if plot:
         where.append(plot)
-    tail = f"{result.ran} run in {result.wall_s:.1f} s"
+    tail = f"{count(result.ran, 'run')} in {result.wall_s:.1f} s"
     if result.skipped:
         tail += f", {result.skipped} already done"
     if result.failed:
         tail += f", {result.failed} failed"
     if result.kept:
-        tail += f"; kept {result.kept} rows of other sweeps"
+        tail += f"; kept {count(result.kept, 'row')} of other sweeps"
     if where:
         tail += "; wrote " + ", ".join(where)
     click.echo(tail)
+
+
+def check_outputs(out: str | None, plot: str | None) -> None:
+    """Refuse unwritable outputs before any run: --out (its CSV and Parquet files) and --plot."""
+    from kvcargo.outputs import check_output
+    from kvcargo.planner.sweep import output_paths
+    from kvcargo.report.plots import check_plot
+
+    if out:
+        for path in output_paths(out):
+            check_output(path, "--out")
+    if plot:
+        check_plot(plot)
+
+
+CATALOG_AXES = {"model": "model", "device": "device", "prefill_device": "device", "decode_device": "device",
+                "link": "link", "kv_compress": "codec"}
+"""Axes whose values are catalog keys, and the kind each names."""
+
+
+def check_catalog_keys(grid) -> None:
+    """Refuse an axis value that names nothing in the catalog before any run (a typo is not a
+    failed run)."""
+    from kvcargo import catalog as catalog_mod
+
+    cat = catalog_mod.load(grid.base.get("catalog", ()))
+    for name, values in grid.axes:
+        kind = CATALOG_AXES.get(name)
+        for value in values if kind else ():
+            if value is not None:
+                getattr(cat, kind)(value)
 
 
 def describe_backend(be) -> str:

@@ -12,7 +12,7 @@ import click
 @click.option("--group", "groups", multiple=True, help="only these groups (repeatable; see --list)")
 @click.option("--list", "list_groups", is_flag=True, help="list the groups and exit")
 @click.option("--trace-dir", type=click.Path(file_okay=False), default=None,
-              help="directory with the trace files [default: $KVCARGO_TRACE_DIR, shared/data/traces]")
+              help="directory with the trace files [default: $KVCARGO_TRACE_DIR, else the built-in traces]")
 @click.option("--json", "as_json", is_flag=True, help="print every check as JSON (SI units)")
 def command(groups: tuple[str, ...], list_groups: bool, trace_dir: str | None, as_json: bool) -> None:
     """Published vs kvcargo with the relative difference: KV sizes, MoE parameter counts,

@@ -7,6 +7,7 @@ The engine code is the same either way: it only reads attributes (``st.t``, ``pr
 
 from __future__ import annotations
 
+from numba import njit
 from numba.core import types
 from numba.experimental import structref
 
@@ -42,7 +43,18 @@ structref.define_proxy(StateRef, StateRefType, list(State._fields))
 structref.define_proxy(ParamsRef, ParamsRefType, list(Params._fields))
 
 
+# numba's own proxy constructor (``StateRef(*arrays)`` from Python) is compiled afresh in every
+# process, about a second; these are the same constructors compiled once into the on-disk cache.
+@njit(cache=True)
+def _state_ref(*arrays):  # type: ignore[no-untyped-def]
+    return StateRef(*arrays)
+
+
+@njit(cache=True)
+def _params_ref(*arrays):  # type: ignore[no-untyped-def]
+    return ParamsRef(*arrays)
+
+
 def by_reference(obj: State | Params) -> StateRef | ParamsRef:
     """A StructRef holding the very same arrays (mutations are visible in ``obj``)."""
-    cls = StateRef if isinstance(obj, State) else ParamsRef
-    return cls(*obj)
+    return _state_ref(*obj) if isinstance(obj, State) else _params_ref(*obj)

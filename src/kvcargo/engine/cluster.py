@@ -14,7 +14,8 @@ import numpy as np
 from kvcargo.calibrated import tabulate
 from kvcargo.catalog import Link
 from kvcargo.config import Resolved
-from kvcargo.cost import kv_capacity, model_coefficients, shape
+from kvcargo.cost import model_coefficients, shape
+from kvcargo.engine import aot
 from kvcargo.engine import state as S
 from kvcargo.engine.loop import run_events
 from kvcargo.engine.state import Params, by_reference, grown, new_state
@@ -72,6 +73,20 @@ class EngineOutput:
     transit_bound: np.ndarray
     wire_bytes: np.ndarray
     """Per request: bytes its hand-off puts on the wire."""
+    lever_stats: np.ndarray
+    """Per instance: communication s, scale-up J, draft s, rows verified, tokens they gained."""
+    verify_passes: np.ndarray
+    """Speculative decoding, per request: the verify passes it took part in."""
+    itl_values: np.ndarray | None = None
+    itl_offsets: np.ndarray | None = None
+    """Scheduled engine: every request's token gaps, flat with offsets (a preemption makes them
+    irregular, so they are not derived from the step log)."""
+    levers: dict | None = None
+    """Scheduled engine: the serving levers' summary metrics."""
+    swap_j: float = 0.0
+    """Energy of KV swapped over the host link (paged KV with swap preemption)."""
+    spans: list | None = None
+    """Scheduled engine: (what, pool, instance, request, start, end) of every preemption."""
 
 
 def _ports(res: Resolved) -> tuple[np.ndarray, np.ndarray]:
@@ -110,10 +125,15 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     prompt = np.ascontiguousarray(w.prompt, dtype=np.int64)
     n = len(prompt)
     kv_bytes = shape(res.model).handoff_bytes(prompt)
+    if res.levers.draft is not None:  # the draft's prompt KV crosses as well
+        kv_bytes = kv_bytes + prompt * res.levers.draft.kv_per_token
     groups = (c.layer_groups or res.model.layers) if c.send == "layerwise" else 1
     rf = np.zeros((n, 6))
     rf[:, S.ARRIVAL_T] = w.arrival
-    rx = np.zeros((n if needs_extra_columns(c) else 1, 8))
+    # the pull model: decode reserves before the transfer, prefill holds the prompt KV until it lands
+    # (asked for, or the companion's scheduled pools under speculative decoding)
+    pull = c.kv_reserve == "at-transfer" or (res.levers.draft is not None and not res.colocated)
+    rx = np.zeros((n if needs_extra_columns(c) or pull else 1, 8))
     endpoint = dec_cost = False
     kvb = res.model.kv_bytes
     if res.colocated:
@@ -143,7 +163,7 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     ri[:, S.OUTPUT] = w.output
     ri[:, S.QUAD] = prompt * (prompt + 1)
     pf, domain = _ports(res)
-    ints = np.zeros(16, dtype=np.int64)
+    ints = np.zeros(S.P_INTS, dtype=np.int64)
     ints[S.P_NPREFILL] = res.n_prefill
     ints[S.P_COLOCATED] = int(res.colocated)
     ints[S.P_BUDGET] = c.token_budget
@@ -153,10 +173,10 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     ints[S.P_GROUPS] = groups
     ints[S.P_TOPOLOGY] = {"shared": S.SHARED, "nic": S.NIC, "nvlink-domain": S.DOMAIN}[c.topology]
     ints[S.P_FAIR] = int(c.link_sharing == "fair")
-    ints[S.P_RESERVE] = int(c.kv_reserve == "at-transfer")
-    ints[S.P_EARLY] = int(c.topology != "shared" or c.kv_reserve == "at-transfer" or c.decode_prefix_cache)
+    ints[S.P_RESERVE] = int(pull)
+    ints[S.P_EARLY] = int(c.topology != "shared" or pull or c.decode_prefix_cache)
     ints[S.P_DECCOST] = int(dec_cost)
-    ints[S.P_PREFILL_KVCAP] = kv_capacity(res.model, res.prefill_pool) if not res.colocated else res.kv_capacity
+    ints[S.P_PREFILL_KVCAP] = res.levers.prefill.kv_capacity
     blocks, offsets = _dense_blocks(w) if c.decode_prefix_cache else (np.zeros(1, np.int64), np.zeros(n + 1, np.int64))
     ints[S.P_PREFIX] = int(c.decode_prefix_cache)
     ints[S.P_BLOCK_TOKENS] = BLOCK_TOKENS
@@ -164,9 +184,18 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     hf = np.stack([res.prefill_pool.coefficients(), res.decode_pool.coefficients()])
     ints[S.P_CALIBRATED] = int(c.cost_model == "calibrated")
     ct, cs = step_tables(res)
+    lev = res.levers
+    lf, hs = lev.layout_arrays(res.model, res.prefill_pool, res.decode_pool)
+    mid, mfd, alpha = mi, mf, 0.0
+    if lev.draft is not None:
+        mid, mfd = model_coefficients(lev.draft.model, c.lm_head)
+        ints[S.P_SPEC], ints[S.P_GAMMA], ints[S.P_SPEC_SEED] = 1, lev.draft.gamma, lev.draft.seed
+        alpha = lev.draft.alpha
     return Params(rf=rf, rx=rx, ri=ri, mi=mi, mf=mf, hf=hf, ints=ints, pf=pf,
                   port_cap=pf[:, S.PF_BW] * pf[:, S.PF_CHANNELS], domain=domain, blocks=blocks,
-                  block_offsets=offsets, ct=ct, cs=cs), xfer
+                  block_offsets=offsets, ct=ct, cs=cs, lf=lf, hs=hs, mid=mid, mfd=mfd,
+                  hd=lev.draft_arrays(res.prefill_pool, res.decode_pool),
+                  alpha=np.array([alpha], dtype=np.float64)), xfer
 
 
 def step_tables(res: Resolved) -> tuple[np.ndarray, np.ndarray]:
@@ -186,6 +215,10 @@ def _dense_blocks(w) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untype
 
 def run(res: Resolved) -> EngineOutput:
     """Simulate a resolved configuration."""
+    from kvcargo.engine.scheduled import run_scheduled, uses_scheduled_engine
+
+    if uses_scheduled_engine(res):
+        return run_scheduled(res)
     params, xfer = build_params(res)
     n = len(params.rf)
     n_slots = res.n_decode if res.colocated else res.n_prefill
@@ -196,7 +229,8 @@ def run(res: Resolved) -> EngineOutput:
     st = new_state(n, n_slots, res.n_decode, res.n_prefill + res.n_decode, res.config.max_batch, channels,
                    int(params.ints[S.P_GROUPS]), bool(params.ints[S.P_FAIR]), log_capacity=guess,
                    n_blocks=int(params.blocks.max()) + 1 if params.ints[S.P_PREFIX] else 0,
-                   extra=len(params.rx) == n)
+                   extra=len(params.rx) == n, speculative=bool(params.ints[S.P_SPEC]))
+    aot.prepare(n * int(params.ints[S.P_GROUPS]))
     pr = by_reference(params)
     while (code := run_events(by_reference(st), pr)) != S.FINISHED:
         st = grown(st, code)
@@ -223,5 +257,6 @@ def run(res: Resolved) -> EngineOutput:
         horizon=float(st.f[S.F_NOW]), transfers=int(st.i[S.I_XFERS]),
         port_busy=st.port_busy.copy(), port_channels=channels, link_busy_s=float(st.port_busy[0]),
         link_j=float(st.f[S.F_LINK_J]), transit_j=float(st.f[S.F_TRANSIT_J]), transit_bound=xfer.transit_bound,
-        wire_bytes=xfer.wire_bytes,
+        wire_bytes=xfer.wire_bytes, lever_stats=st.stats[:, S.S_COMM:S.S_GAINED + 1].copy(),
+        verify_passes=col(r, S.VERIFY),
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from kvcargo._jit import kernel
 from kvcargo.engine.decode import decode_step_begin, decode_step_end, join_batch
 from kvcargo.engine.events import charge_step, fifo_cut, finish_request
-from kvcargo.engine.kernels import prefill_cost
+from kvcargo.engine.pricing import prefill_step_cost
 from kvcargo.engine.state import (
     BUSY,
     D_HEAD,
@@ -70,7 +70,7 @@ def colocated_begin(st, pr, c):
     fifo_cut(st.d, c, D_HEAD, D_TAIL, r)
     st.d[c, D_QUEUED] -= n
     st.p[c, P_BATCH_N] = n
-    flops, nbytes, dt, e_c, e_m = prefill_cost(pr, 0, tokens, quad, n)
+    dt, flops, nbytes, e_c, e_m = prefill_step_cost(st, pr, 0, c, tokens, quad, n)
     charge_step(st, c, dt, flops, nbytes, e_c, e_m)
     st.d[c, D_STATE] = BUSY
     st.d[c, D_IS_PREFILL] = 1

@@ -13,7 +13,9 @@ from __future__ import annotations
 from kvcargo._jit import kernel
 from kvcargo.engine.events import charge_step, fifo_cut, fifo_push, finish_request, log_step, wake
 from kvcargo.engine.finheap import heap_pop, heap_push
-from kvcargo.engine.kernels import decode_cost, elementwise_pass
+from kvcargo.engine.kernels import elementwise_pass
+from kvcargo.engine.pricing import decode_step_cost
+from kvcargo.engine.speculation import spec_join, spec_step_end
 from kvcargo.engine.state import (
     BUSY,
     D_CONTEXT,
@@ -39,6 +41,7 @@ from kvcargo.engine.state import (
     P_MAXBATCH,
     P_NPREFILL,
     P_RESERVE,
+    P_SPEC,
     PROMPT,
     QNEXT,
     S_PEND_BYTES,
@@ -70,11 +73,14 @@ def join_batch(st, pr, d, r):
         row = _stats_row(pr, d)
         st.stats[row, S_PEND_OPS] += pr.rx[r, DEC_OPS]
         st.stats[row, S_PEND_BYTES] += pr.rx[r, DEC_BYTES]
+    if pr.ints[P_SPEC]:
+        spec_join(st, pr, d, r)
+    else:
+        heap_push(st.fin, st.d, d, st.d[d, D_STEPS] + pr.ri[r, OUTPUT] - 2, r)
     st.d[d, D_RUNNING] += 1
     st.d[d, D_CONTEXT] += pr.ri[r, PROMPT] + 1
     st.t[r, DECODE_START] = st.f[F_NOW]
     st.r[r, FIRST_STEP] = st.d[d, D_STEPS]
-    heap_push(st.fin, st.d, d, st.d[d, D_STEPS] + pr.ri[r, OUTPUT] - 2, r)
 
 
 @kernel(inline=True)
@@ -102,8 +108,8 @@ def decode_step_begin(st, pr, d):
     """Start one decode step over the running batch; returns its end time."""
     now = st.f[F_NOW]
     batch = st.d[d, D_RUNNING]
-    flops, nbytes, dt, e_c, e_m = decode_cost(pr, 1, batch, st.d[d, D_CONTEXT])
     row = _stats_row(pr, d)
+    dt, flops, nbytes, e_c, e_m = decode_step_cost(st, pr, 1, row, batch, st.d[d, D_CONTEXT])
     if pr.ints[P_DECCOST] and st.stats[row, S_PEND_OPS] + st.stats[row, S_PEND_BYTES] > 0.0:
         x_t, x_c, x_m = elementwise_pass(pr.hf[1], st.stats[row, S_PEND_OPS], st.stats[row, S_PEND_BYTES])
         dt, e_c, e_m = dt + x_t, e_c + x_c, e_m + x_m
@@ -123,6 +129,9 @@ def decode_step_end(st, pr, d):
     k = st.d[d, D_STEPS]
     batch = st.d[d, D_RUNNING]
     log_step(st, d, st.stats[_stats_row(pr, d), S_STEP_START], st.f[F_NOW], batch)
+    if pr.ints[P_SPEC]:
+        spec_step_end(st, pr, d)
+        return
     st.d[d, D_STEPS] = k + 1
     st.d[d, D_CONTEXT] += batch
     while st.d[d, D_FIN_N] > 0 and st.fin[d, 0, 0] == k:

@@ -6,7 +6,7 @@ arrays it was given and gets back times and energies. :func:`prefill_cost` and
 tables (``--cost-model``), behind one call.
 """
 
-from kvcargo import calibrated, cost
+from kvcargo import calibrated, cost, parallel, speculative
 from kvcargo._jit import kernel
 from kvcargo.engine.state import P_CALIBRATED
 
@@ -14,6 +14,10 @@ prefill_work = kernel(cost.prefill_work, inline=True)
 decode_work = kernel(cost.decode_work, inline=True)
 roofline = kernel(cost.roofline, inline=True)
 elementwise_pass = kernel(cost.elementwise_pass, inline=True)
+prefill_parts = cost.prefill_parts
+decode_parts = cost.decode_parts
+parallel_step = kernel(parallel.parallel_step, inline=True)
+verify_parts = speculative.verify_parts
 calibrated_step = calibrated.calibrated_step  # compiled where it is defined (it calls table_at)
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from kvcargo._jit import kernel
 from kvcargo.engine.events import charge_step, fifo_cut, fifo_push, finish_request, schedule, wake
-from kvcargo.engine.kernels import elementwise_pass, prefill_cost
+from kvcargo.engine.kernels import elementwise_pass
+from kvcargo.engine.pricing import prefill_step_cost
 from kvcargo.engine.reserve import handoff_ready
 from kvcargo.engine.routing import prefill_kv_change
 from kvcargo.engine.state import (
@@ -104,7 +105,7 @@ def prefill_begin(st, pr, p):
     if pr.ints[P_RESERVE]:
         prefill_kv_change(st, p, tokens)
     hf = pr.hf[0]
-    flops, by, dt, e_c, e_m = prefill_cost(pr, 0, tokens, quad, n)
+    dt, flops, by, e_c, e_m = prefill_step_cost(st, pr, 0, p, tokens, quad, n)
     if pr.ints[P_ENDPOINT]:
         x_t, x_c, x_m = elementwise_pass(hf, ops, nbytes)
         dt = dt + x_t

@@ -37,8 +37,10 @@ WANT_MEMORY, RESERVED, SEND_FRAC = range(3)
 # SENT: parts released into the network; PORT_A/PORT_B: the ports its units cross (by default
 # the cluster link alone: 0 and -1; set when the receiver is chosen before the transfer); BNEXT:
 # the next request of the same prefill batch.
+# Speculative decoding: TOKENS_OUT tokens produced, RNG its acceptance stream's state, VERIFY
+# the verify passes it took part in.
 (STATUS, PREFILL_INST, DECODE_INST, FIRST_STEP, QNEXT, DEST, UNITS_DONE, HELD, SENT, PORT_A, PORT_B,
- BNEXT) = range(12)
+ BNEXT, TOKENS_OUT, RNG, VERIFY) = range(15)
 # ``State.p``: per prefill instance (colocated: the batch in flight of each instance).
 P_HEAD, P_TAIL, P_TOKENS, P_STATE, P_BATCH, P_BATCH_N, P_KV_HELD, P_SLICE = range(8)
 # ``State.d``: per decode (or colocated) instance; RQ: requests waiting to reserve memory.
@@ -48,8 +50,10 @@ P_HEAD, P_TAIL, P_TOKENS, P_STATE, P_BATCH, P_BATCH_N, P_KV_HELD, P_SLICE = rang
 # ``State.stats``: per instance (prefill instances first): totals, the step in flight's start,
 # (and end), decompression work waiting for the next decode step, prefill-side KV held (integral, peak,
 # time of the last change).
+# With a parallel layout: communication time and scale-up energy; with a draft: its time, the rows
+# verified and the tokens they gained.
 (S_BUSY, S_FLOPS, S_BYTES, S_EC, S_EM, S_STEPS, S_STEP_START, S_STEP_END, S_PEND_OPS, S_PEND_BYTES,
- S_KV_INT, S_KV_PEAK, S_KV_LAST) = range(13)
+ S_KV_INT, S_KV_PEAK, S_KV_LAST, S_COMM, S_SCALE_UP_J, S_DRAFT_T, S_VERIFY_ROWS, S_GAINED) = range(18)
 # Units: part g of request r's hand-off is unit r·G + g (G: parts per hand-off). ``State.unext``
 # threads the port queues; ``State.uf`` (fair sharing only) holds bytes left and current rate.
 UF_LEFT, UF_RATE = range(2)
@@ -72,8 +76,11 @@ ARRIVAL_T, XFER_TIME, XFER_J, TRANSIT_J, EP_OPS, EP_BYTES = range(6)
 # ``Params.ri``: per-request integers (QUAD = prompt·(prompt + 1), the causal-attention term).
 PROMPT, OUTPUT, QUAD = range(3)
 # ``Params.ints``: limits and switches.
+# P_SPEC: speculative decoding on (P_GAMMA drafted tokens per verify pass, P_SPEC_SEED).
 (P_NPREFILL, P_COLOCATED, P_BUDGET, P_MAXBATCH, P_KVCAP, P_ENDPOINT, P_GROUPS, P_TOPOLOGY, P_FAIR, P_RESERVE,
- P_EARLY, P_DECCOST, P_PREFILL_KVCAP, P_PREFIX, P_BLOCK_TOKENS, P_CALIBRATED) = range(16)
+ P_EARLY, P_DECCOST, P_PREFILL_KVCAP, P_PREFIX, P_BLOCK_TOKENS, P_CALIBRATED, P_SPEC, P_GAMMA,
+ P_SPEC_SEED) = range(19)
+P_INTS = 19
 # ``Params.pf``: per port, bandwidth of one channel (bytes/s), latency (s), channels.
 PF_BW, PF_LATENCY, PF_CHANNELS = range(3)
 
@@ -102,6 +109,17 @@ class Params(NamedTuple):
     cs: np.ndarray
     """``--cost-model calibrated``: per pool row, the tabulated step costs and their scalars
     (see :func:`kvcargo.calibrated.tabulate`); a small dummy under the roofline."""
+    lf: np.ndarray
+    """Per pool (row 0 prefill or colocated, row 1 decode): parallel layout (kvcargo.parallel)."""
+    hs: np.ndarray
+    """Per pool: roofline coefficients of one pipeline stage's devices (no overhead)."""
+    mid: np.ndarray
+    mfd: np.ndarray
+    """The speculative draft's model coefficients (the target's when there is none)."""
+    hd: np.ndarray
+    """Per pool: the draft's roofline coefficients (no overhead)."""
+    alpha: np.ndarray
+    """Speculative decoding: acceptance probability per drafted token (one value)."""
 
 
 class State(NamedTuple):
@@ -138,6 +156,9 @@ class State(NamedTuple):
     """Decode steps in the order they ended: start, end (the first I_NSTEPS rows are used)."""
     logi: np.ndarray
     """Per logged step: instance, batch size."""
+    rows: np.ndarray
+    """Speculative decoding: per decode (or colocated) instance its running requests (D_RUNNING
+    of them); one dummy column otherwise."""
 
 
 # What run_events returns: finished, or paused because an array is full (grow it, run again).
@@ -145,14 +166,15 @@ FINISHED, LOG_FULL, EVENTS_FULL = 0, 1, 2
 
 
 def new_state(n: int, n_prefill: int, n_decode: int, n_stats: int, max_batch: int, ports: np.ndarray,
-              groups: int, fair: bool, log_capacity: int, n_blocks: int = 0, extra: bool = False) -> State:
+              groups: int, fair: bool, log_capacity: int, n_blocks: int = 0, extra: bool = False,
+              speculative: bool = False) -> State:
     """Fresh state for ``n`` requests whose hand-offs are cut in ``groups`` parts.
 
     Colocated runs use the prefill rows for each instance's batch in flight and the decode rows
     for its queue and running batch. ``ports`` holds each port's channels; ``extra``: an opt-in
     model needs the per-request columns of ``tx``.
     """
-    r = np.zeros((n, 12), dtype=np.int64)
+    r = np.zeros((n, 15), dtype=np.int64)
     r[:, PREFILL_INST:DEST + 1] = -1
     r[:, [PORT_B, BNEXT]] = -1
     p = np.zeros((n_prefill, 8), dtype=np.int64)
@@ -167,13 +189,14 @@ def new_state(n: int, n_prefill: int, n_decode: int, n_stats: int, max_batch: in
     return State(
         t=np.full((n, 6), np.nan), tx=np.full((n if extra else 1, 3), np.nan), r=r, p=p, d=d,
         fin=np.zeros((n_decode, max(1, min(max_batch, n)), 2), dtype=np.int64),
-        stats=np.zeros((n_stats, 13)), i=np.zeros(9, dtype=np.int64), f=np.zeros(4),
+        stats=np.zeros((n_stats, 18)), i=np.zeros(9, dtype=np.int64), f=np.zeros(4),
         evt=np.zeros(events), evi=np.zeros((events, 3), dtype=np.int64),
         unext=np.full(units, -1, dtype=np.int64), uf=np.zeros((units if fair else 1, 2)),
         active=np.zeros(units if fair else 1, dtype=np.int64), port_left=np.zeros(len(ports)),
         port_count=np.zeros(len(ports), dtype=np.int64), frozen=np.zeros(units if fair else 1, dtype=np.bool_),
         ports=port_rows, port_busy=np.zeros(len(ports)), lru=np.full((n_decode, max(n_blocks, 1), 2), -2),
         logf=np.zeros((log_capacity, 2)), logi=np.zeros((log_capacity, 2), dtype=np.int64),
+        rows=np.zeros((n_decode, max(1, min(max_batch, n)) if speculative else 1), dtype=np.int64),
     )
 
 
@@ -193,8 +216,11 @@ def grown(st: State, code: int) -> State:
 
 def by_reference(obj: State | Params) -> object:
     """What the engine is handed: the namedtuple itself in plain Python, a numba StructRef over
-    the same arrays when compiled (see _structs.py)."""
-    if not _jit.ENABLED:
+    the same arrays when compiled just in time (see _structs.py; the ahead-of-time engine takes
+    the plain arrays)."""
+    from kvcargo.engine import aot
+
+    if not _jit.compiled() or aot.in_use():
         return obj
     from kvcargo.engine._structs import by_reference as compiled
 

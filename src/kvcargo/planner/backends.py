@@ -7,7 +7,9 @@ worker that dies is yielded as a :class:`TaskError` in place of that item's resu
 run never stops the others.
 
 * ``local`` (default): every core of this machine, one process each (``spawn``, so the workers
-  start clean and load the simulator's compiled cache from disk).
+  start clean and load the simulator's compiled cache from disk). A small job never starts them:
+  runs execute in this process until they have taken :data:`INLINE_SECONDS` of CPU time, a few
+  times what starting a worker costs, and only the rest goes to the pool.
 * ``ray`` (``kvcargo[ray]``): connects to ``--address`` / ``RAY_ADDRESS``, or starts a local
   Ray instance (and stops it afterwards).
 * ``dask`` (``kvcargo[dask]``): a ``distributed`` scheduler at ``--address`` /
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -38,6 +41,10 @@ from kvcargo.errors import KvcargoError
 BACKENDS = ("local", "ray", "dask")
 CONNECT_TIMEOUT_S = 60.0
 """How long to wait for a Dask scheduler to answer and for its first worker to join."""
+INLINE_SECONDS = 4.0
+"""CPU seconds of runs the local backend does in its own process before it starts worker processes
+(each pays 1-2 s to import kvcargo and load the compiled engine on this project's 2-core
+machine, so on two cores the pool only pays for jobs of several seconds more)."""
 SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -122,21 +129,32 @@ class LocalBackend(Backend):
 
     name = "local"
 
-    def __init__(self, workers: int | None = None) -> None:
+    def __init__(self, workers: int | None = None, inline_seconds: float = INLINE_SECONDS) -> None:
         self.workers = workers or os.cpu_count() or 1
         self._pool: ProcessPoolExecutor | None = None
+        self._inline_s = 0.0
+        self._inline_budget = inline_seconds
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
+            _check_main_importable()
             self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
                                              initializer=_single_threaded)
         return self._pool
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
-        if not items:
+        first = 0
+        while self._pool is None and first < len(items) and self._inline_s < self._inline_budget:
+            t = time.process_time()  # CPU time: a loaded machine does not make the job look bigger
+            result = run_chunk(fn, [items[first]])[0]
+            self._inline_s += time.process_time() - t
+            yield first, result
+            first += 1
+        if first == len(items):
             return
         pool = self._executor()
-        pending = {pool.submit(run_chunk, fn, [items[i] for i in r]): r for r in chunks(len(items), self.workers)}
+        pending = {pool.submit(run_chunk, fn, [items[first + i] for i in r]): range(first + r.start, first + r.stop)
+                   for r in chunks(len(items) - first, self.workers)}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
@@ -147,6 +165,18 @@ class LocalBackend(Backend):
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
+
+
+def _check_main_importable() -> None:
+    """Spawned workers re-run the main program's file: refuse (clearly) when there is none to re-run,
+    as for a script piped on standard input, instead of every run failing with a broken pool."""
+    import sys
+
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if path is not None and not os.path.exists(path):
+        raise KvcargoError(f"the local backend's worker processes re-import the main program, but {path!r} is "
+                           "not a file (a script on standard input?): save it to a file and run that, or use "
+                           "one worker (workers=1 runs in this process)")
 
 
 def _chunk_results(r: range, get: Callable[[], list[Any]], who: str) -> Iterator[tuple[int, Any]]:

@@ -23,11 +23,15 @@ from typing import Any
 
 import numpy as np
 
+from kvcargo import parallel
 from kvcargo.config import Resolved, SimConfig, colocated_pool, resolve
 from kvcargo.cost import Pool, elementwise_pass, kv_capacity, shape
+from kvcargo.engine import aot
 from kvcargo.errors import KvcargoError
 from kvcargo.handoff import endpoint_work
+from kvcargo.levers import PoolLevers
 from kvcargo.linkmodel import link_transfers
+from kvcargo.speculative import Draft, draft_prefill_time, speculative_step_time
 from kvcargo.steps import step_cost
 
 TARGET = 0.9
@@ -82,10 +86,16 @@ def mean_lengths(res: Resolved) -> tuple[float, float]:
     return res.config.prompt, res.config.output
 
 
-def _prefill_ceiling(config: SimConfig, model, pool: Pool, p: float, compression) -> tuple[float, int, float]:
+def _prefill_ceiling(config: SimConfig, model, pool: Pool, p: float, compression,
+                     lever: PoolLevers | None = None, draft: Draft | None = None) -> tuple[float, int, float]:
     n = max(1, math.floor(config.token_budget / p))
     s = max(1, round(p))
-    t = step_cost(model, pool, "prefill", n, s, config.cost_model, config.lm_head)["time_s"]
+    if lever is not None and lever.layout is not None:  # with its communication
+        t = parallel.prefill_time(model, pool, lever.layout, lever.scale_up, [s] * n, config.lm_head)
+    else:
+        t = step_cost(model, pool, "prefill", n, s, config.cost_model, config.lm_head)["time_s"]
+    if draft is not None:  # the draft prefills the same prompts
+        t += draft_prefill_time(draft.model, pool, [s] * n)
     if compression is not None and compression.at == "endpoint":
         nbytes = np.full(n, float(shape(model).handoff_bytes(s)))
         ops, moved = endpoint_work(compression, nbytes, np.full(n, s), model.kv_bytes)
@@ -93,10 +103,18 @@ def _prefill_ceiling(config: SimConfig, model, pool: Pool, p: float, compression
     return n / t, n, t
 
 
-def _decode_ceiling(config: SimConfig, model, pool: Pool, kvcap: int, p: float, o: float) -> tuple[float, int, int, float]:
+def _decode_ceiling(config: SimConfig, model, pool: Pool, kvcap: int, p: float, o: float,
+                    lever: PoolLevers | None = None, draft: Draft | None = None) -> tuple[float, int, int, float]:
     b = max(1, min(config.max_batch, math.floor(kvcap / (p + o))))
     ctx = math.floor(p + o / 2)
-    t = step_cost(model, pool, "decode", b, ctx, config.cost_model)["time_s"]
+    layout = lever.layout if lever is not None else None
+    if draft is not None:  # a verify pass gains the expected tokens per row, (1 − α^(γ+1))/(1 − α)
+        t = speculative_step_time(model, pool, draft, b, ctx, layout, lever.scale_up if lever else None)
+        return b * draft.closed_form / t / max(1, o - 1), b, ctx, t
+    if layout is not None:  # with its communication
+        t = parallel.decode_time(model, pool, layout, lever.scale_up, b, ctx)
+    else:
+        t = step_cost(model, pool, "decode", b, ctx, config.cost_model)["time_s"]
     return b / t / max(1, o - 1), b, ctx, t
 
 
@@ -107,10 +125,12 @@ def ceilings(config: SimConfig) -> Ceilings:
     p, o = mean_lengths(res)
     col_pool = colocated_pool(config, res.catalog)
     n_col = config.colocated_instances
-    col_kv = kv_capacity(model, col_pool)
+    col_lever = res.levers.decode if res.colocated else None
+    col_kv = col_lever.kv_capacity if col_lever else kv_capacity(model, col_pool)
     if col_kv > 0:
-        cpf, n_cpf, t_cpf = _prefill_ceiling(config, model, col_pool, p, None)
-        cdc, cb, cctx, t_cdc = _decode_ceiling(config, model, col_pool, col_kv, p, o)
+        draft = res.levers.draft if res.colocated else None
+        cpf, n_cpf, t_cpf = _prefill_ceiling(config, model, col_pool, p, None, col_lever, draft)
+        cdc, cb, cctx, t_cdc = _decode_ceiling(config, model, col_pool, col_kv, p, o, col_lever, draft)
         col = n_col / (1 / cpf + 1 / cdc)
     else:  # the model does not fit one colocated instance of --device
         cpf = cdc = col = 0.0
@@ -118,10 +138,12 @@ def ceilings(config: SimConfig) -> Ceilings:
         return Ceilings("colocated", p, o, cpf * n_col, cdc * n_col, math.inf, col, col, "colocated",
                         cpf, cdc, n_col, n_col, n_cpf, t_cpf, cb, cctx, t_cdc, col_kv, 0.0, 0,
                         n_col, cpf, cdc)
-    pf, n_pf, t_pf = _prefill_ceiling(config, model, res.prefill_pool, p, res.compression)
-    dc, b, ctx, t_dc = _decode_ceiling(config, model, res.decode_pool, res.kv_capacity, p, o)
-    xfer = link_transfers(config.link_model, res.link, res.compression,
-                          np.array([shape(model).handoff_bytes(p)], dtype=np.float64), model.kv_bytes)
+    lev = res.levers
+    pf, n_pf, t_pf = _prefill_ceiling(config, model, res.prefill_pool, p, res.compression, lev.prefill, lev.draft)
+    dc, b, ctx, t_dc = _decode_ceiling(config, model, res.decode_pool, res.kv_capacity, p, o, lev.decode, lev.draft)
+    handoff = shape(model).handoff_bytes(p) + (p * lev.draft.kv_per_token if lev.draft else 0)  # draft KV too
+    xfer = link_transfers(config.link_model, res.link, res.compression, np.array([handoff], dtype=np.float64),
+                          model.kv_bytes)
     t_x = float(xfer.duration[0])
     link = res.channels / t_x
     if config.topology == "nic":  # a NIC (or several) per instance: pairs of instances transfer in parallel
@@ -204,6 +226,8 @@ def search(config: SimConfig, target: float = TARGET, rtol: float = RTOL, start:
     if not (start > 0 and math.isfinite(start)):
         raise KvcargoError(f"cannot search from a rate of {start!r} req/s")
     result = Search(0.0, target, rtol, start, 0.0, start, False)
+    if probe is probe_summary:  # the engine: compile it now if the whole search pays for it
+        aot.prepare(expected_probes(rtol) * config.requests, accumulate=False)
 
     def ok(rate: float) -> bool:
         s = probe(config.replace(rate=rate))
@@ -231,6 +255,12 @@ def search(config: SimConfig, target: float = TARGET, rtol: float = RTOL, start:
             hi = mid
     result.lo, result.hi, result.rate, result.feasible = lo, hi, lo, lo > 0
     return result
+
+
+def expected_probes(rtol: float) -> int:
+    """Simulations of a search that stays inside its start (the usual case): the first probe,
+    then halvings until the bracket is within ``rtol``."""
+    return 1 + math.ceil(math.log2(1 / rtol))
 
 
 def check_target(target: float, rtol: float) -> None:

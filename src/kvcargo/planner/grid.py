@@ -32,7 +32,8 @@ from typing import Annotated, Any
 from pydantic import TypeAdapter, ValidationError
 
 from kvcargo.config import SimConfig
-from kvcargo.errors import KvcargoError
+from kvcargo.errors import KvcargoError, shown
+from kvcargo.limits import check_ranges
 
 FIELDS: tuple[str, ...] = tuple(SimConfig.model_fields)
 """Every configuration field, in SimConfig order (the config columns of a row)."""
@@ -68,12 +69,17 @@ def coerce(name: str, value: Any, where: str = "--vary") -> Any:
         return SimConfig.model_fields[name].default
     if isinstance(value, str):
         value = value.strip()
+    flag = name.replace("_", "-")
     try:
-        return _adapter(name).validate_python(value)
+        value = _adapter(name).validate_python(value)
     except ValidationError as exc:
         msg = exc.errors()[0]["msg"]
-        flag = name.replace("_", "-")
-        raise KvcargoError(f"invalid value {value!r} for {flag} ({where}): {msg}") from None
+        raise KvcargoError(f"invalid value {shown(value)} for {flag} ({where}): {msg}") from None
+    try:
+        check_ranges({name: value})
+    except KvcargoError as exc:
+        raise KvcargoError(f"{exc} ({where})") from None
+    return value
 
 
 def _expand_range(text: str) -> list[str]:

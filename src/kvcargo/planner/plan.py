@@ -40,6 +40,8 @@ from kvcargo.planner.capacity import (
     ceilings,
     check_target,
 )
+from kvcargo.report.levers import lever_config
+from kvcargo.report.text import count
 
 CostKind = Literal["gpus", "usd", "power"]
 COST_KINDS: tuple[str, ...] = ("gpus", "usd", "power")
@@ -85,7 +87,7 @@ class Budget:
     def describe(self) -> str:
         parts = []
         if self.gpus is not None:
-            parts.append(f"{self.gpus} GPUs")
+            parts.append(count(self.gpus, "GPU"))
         if self.usd is not None:
             parts.append(f"${self.usd:,.0f}")
         if self.power_w is not None:
@@ -108,6 +110,10 @@ class Space:
     disagg: bool = True
     colocated: bool = False
     colocated_counts: tuple[int, ...] = ()
+    formats: tuple[str, ...] = ()
+    """Storage formats to try for weights and KV together (none: the base configuration's)."""
+    splits: bool = False
+    """Also try every tp × pp split of each instance's devices (pipeline stages dividing the layers)."""
 
 
 @dataclass
@@ -260,7 +266,8 @@ def label(config: SimConfig) -> str:
         return f"colocated {c.colocated_instances}x {c.device}x{c.devices_per_instance}"
     pd, pn = c.prefill_device or c.device, c.prefill_devices_per_instance or c.devices_per_instance
     dd, dn = c.decode_device or c.device, c.decode_devices_per_instance or c.devices_per_instance
-    return f"{c.prefill}P{c.decode}D {pd}x{pn} -> {dd}x{dn} {c.link}"
+    levers = lever_config(c.model_dump())
+    return f"{c.prefill}P{c.decode}D {pd}x{pn} -> {dd}x{dn} {c.link}" + (f" ({levers})" if levers else "")
 
 
 def _price(cat, key: str) -> float | None:
@@ -278,7 +285,8 @@ def _cap_w(cat, key: str, *caps: float | None) -> float:
 
 def build_space(base: SimConfig, given: set[str], budget: Budget, *, devices: tuple[str, ...] | None = None,
                 tp: tuple[int, ...] | None = None, links: tuple[str, ...] | None = None,
-                max_instances: int = 32, with_colocated: bool = False) -> Space:
+                max_instances: int = 32, with_colocated: bool = False, formats: tuple[str, ...] | None = None,
+                splits: bool = False) -> Space:
     """The lists to combine: plan options, else fixed simulate flags, else defaults."""
     cat = catalog_mod.load(base.catalog)
     model = cat.model(base.model)
@@ -299,6 +307,14 @@ def build_space(base: SimConfig, given: set[str], budget: Budget, *, devices: tu
     link_keys = links or (base.link,)
     for lk in link_keys:
         cat.link(lk)
+    layout_flags = given & {"tp", "pp", "prefill_tp", "prefill_pp", "decode_tp", "decode_pp"}
+    if splits and layout_flags:
+        raise KvcargoError(f"--splits searches the layouts: drop --{sorted(layout_flags)[0].replace('_', '-')}")
+    valid = ("bf16", "fp8", "int8", "int4", "fp4")
+    if formats and (bad := [f for f in formats if f not in valid]):
+        raise KvcargoError(f"unknown format {bad[0]!r} in --formats; valid choices: {', '.join(valid)}")
+    if formats and given & {"weight_format", "kv_format"}:
+        raise KvcargoError("--formats conflicts with --weight-format/--kv-format; give one")
     if tp is not None and any(n < 1 for n in tp):
         raise KvcargoError(f"--tp values must be >= 1, got {tp}")
 
@@ -323,7 +339,8 @@ def build_space(base: SimConfig, given: set[str], budget: Budget, *, devices: tu
     pc = (base.prefill,) if "prefill" in given else counts
     dc = (base.decode,) if "decode" in given else counts
     cc = (base.instances,) if "instances" in given and base.instances else counts
-    return Space(tuple(pre_devs), tuple(dec_devs), ptp, dtp, tuple(link_keys), pc, dc, disagg, colocated, cc)
+    return Space(tuple(pre_devs), tuple(dec_devs), ptp, dtp, tuple(link_keys), pc, dc, disagg, colocated, cc,
+                 tuple(formats or ()), splits)
 
 
 def enumerate_candidates(base: SimConfig, space: Space, budget: Budget | None) -> list[Candidate]:
@@ -341,8 +358,9 @@ def enumerate_candidates(base: SimConfig, space: Space, budget: Budget | None) -
         if len(out) >= MAX_CANDIDATES:
             raise KvcargoError(f"the search space has more than {MAX_CANDIDATES:,} candidates; "
                                "narrow it (--devices, --tp, --links, --max-instances, a smaller budget)")
-        cfg = SimConfig.build(**fields, **changes)
-        out.append(Candidate(cfg, label(cfg), gpus, usd, power))
+        for variant in lever_variants(space, cat.model(base.model).layers, changes):
+            cfg = SimConfig.build(**{**fields, **variant})
+            out.append(Candidate(cfg, label(cfg), gpus, usd, power))
 
     if space.disagg:
         for pdev in space.prefill_devices:
@@ -379,6 +397,25 @@ def enumerate_candidates(base: SimConfig, space: Space, budget: Budget | None) -
     return out
 
 
+def lever_variants(space: Space, layers: int, changes: dict[str, Any]) -> list[dict[str, Any]]:
+    """A candidate in every storage format and (with ``splits``) every tp × pp split searched."""
+    formats = [{"weight_format": f, "kv_format": f} for f in space.formats] or [{}]
+    if not space.splits:
+        return [{**changes, **f} for f in formats]
+
+    def splits(n: int) -> list[tuple[int, int]]:
+        return [(n // pp, pp) for pp in range(1, n + 1) if n % pp == 0 and layers % pp == 0]
+
+    if changes["mode"] == "colocated":
+        layouts = [{"tp": tp, "pp": pp} for tp, pp in splits(changes["devices_per_instance"])]
+    else:
+        pn = changes["devices_per_instance"]
+        dn = changes["decode_devices_per_instance"] or pn
+        layouts = [{"prefill_tp": a, "prefill_pp": b, "decode_tp": c, "decode_pp": d}
+                   for (a, b), (c, d) in itertools.product(splits(pn), splits(dn))]
+    return [{**changes, **f, **lay} for f in formats for lay in layouts]
+
+
 def require_prices(base: SimConfig, space: Space) -> None:
     """Every device searched needs a catalog price when dollars are the budget or the cost."""
     cat = catalog_mod.load(base.catalog)
@@ -398,10 +435,11 @@ def impossible(base: SimConfig, space: Space, budget: Budget) -> KvcargoError:
         return KvcargoError(f"impossible budget ({budget.describe()}): the search space is empty "
                             "(no devices per instance fit the model; give --tp)")
     need = []
-    for kind, fmt in (("gpus", "{:.0f} GPUs"), ("usd", "${:,.0f}"), ("power", "{:,.0f} W")):
+    for kind, fmt in (("gpus", lambda x: count(round(x), "GPU")), ("usd", "${:,.0f}".format),
+                      ("power", "{:,.0f} W".format)):
         lowest = min(c.cost(kind) for c in cands)  # type: ignore[arg-type]
         if math.isfinite(lowest):
-            need.append(fmt.format(lowest))
+            need.append(fmt(lowest))
     return KvcargoError(f"impossible budget ({budget.describe()}): the smallest configuration searched "
                         f"({cands[0].label}) needs {', '.join(need)}")
 
@@ -519,7 +557,7 @@ def plan(base: SimConfig, budget: Budget, space: Space, *, target_rate: float | 
                                                               "--requests for steady-state numbers"))
     longer = sum(1 for c in done if c.config.requests != base.requests)
     if longer:
-        notes.append(f"{longer} candidates were searched with more than {base.requests} requests to reach a "
+        notes.append(f"{count(longer, 'candidate')} {'was' if longer == 1 else 'were'} searched with more than {base.requests} requests to reach a "
                      "steady state (their commands say how many)")
     front = pareto_front(done, cost)
     for c in front:

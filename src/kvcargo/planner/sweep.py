@@ -15,7 +15,6 @@ interrupted sweep leaves a valid file; running the same sweep again skips the ro
 from __future__ import annotations
 
 import csv
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcargo.errors import KvcargoError
+from kvcargo.outputs import atomic_path
 from kvcargo.planner.backends import Backend, InlineBackend, TaskError
 from kvcargo.planner.grid import FIELDS, Grid, coerce, point_key
 
@@ -134,15 +134,12 @@ def columns_of(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 def write_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
     """All rows, atomically (write a temporary file, then rename it over ``path``)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
     cols = columns_of(rows)
-    with open(tmp, "w", newline="", encoding="utf-8") as fh:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(cols)
         for r in rows:
             w.writerow([_cell(r.get(c)) for c in cols])
-    os.replace(tmp, path)
 
 
 def read_csv(path: str | Path) -> list[dict[str, Any]]:
@@ -176,7 +173,8 @@ def write_parquet(rows: Sequence[dict[str, Any]], path: str | Path) -> bool:
         elif len(kinds) > 1:
             values = [None if v is None else str(v) for v in values]
         data[c] = values
-    pq.write_table(pa.table(data), str(path))
+    with atomic_path(path) as tmp:
+        pq.write_table(pa.table(data), str(tmp))
     return True
 
 

@@ -28,6 +28,15 @@ def _kind(path: str | Path) -> str:
     raise KvcargoError(f"--plot {str(path)!r}: use a .png, .svg, .pdf (matplotlib) or .html (plotly) file")
 
 
+def check_plot(path: str | Path, flag: str = "--plot") -> Path:
+    """Refuse a plot path before any work: unwritable, an unknown format, or its library missing."""
+    from kvcargo.outputs import check_output
+
+    p = check_output(path, flag, STATIC + INTERACTIVE)
+    _pyplot() if _kind(p) == "static" else _plotly()
+    return p
+
+
 def _pyplot():
     try:
         import matplotlib
@@ -46,6 +55,15 @@ def _plotly():
     except ImportError:
         raise KvcargoError("interactive plots need plotly: pip install 'kvcargo[plot]'") from None
     return go, make_subplots
+
+
+def _value_label(key: str, value: Any) -> str:
+    """A run's value as a legend shows it: an unset field by what it means (``kv-compress=none``)."""
+    if value is None:
+        return "none" if key == "kv_compress" else "default"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def _num(v: Any) -> float:
@@ -72,7 +90,7 @@ def series_of(rows: Sequence[dict[str, Any]], x: str, by: Sequence[str]) -> dict
     for r in rows:
         if r.get("status", "ok") != "ok":
             continue
-        name = ", ".join(f"{k.replace('_', '-')}={r.get(k)}" for k in by) or "runs"
+        name = ", ".join(f"{k.replace('_', '-')}={_value_label(k, r.get(k))}" for k in by) or "runs"
         xv = _num(r.get(x))
         if x == "rate" and math.isnan(xv):
             xv = 8.0  # the generator's default rate
@@ -187,13 +205,21 @@ def capacity_figure(data: dict[str, Any], path: str | Path) -> Path:
 
 # ------------------------------------------------------------------------ Pareto front
 
+def _dollars(x: float) -> str:
+    """An axis tick in dollars: $800k, $1.5M (never matplotlib's bare "1e6" offset)."""
+    if abs(x) >= 1e6:
+        return f"${x / 1e6:g}M"
+    return f"${x / 1e3:g}k" if abs(x) >= 1e3 else f"${x:g}"
+
+
 COST_TITLE = {"gpus": "GPUs", "usd": "cost ($)", "power": "provisioned power (W)"}
 COST_FIELD = {"gpus": "gpus", "usd": "usd", "power": "power_w"}
 
 
 def pareto_figure(candidates: Sequence[dict[str, Any]], path: str | Path, cost: str = "gpus",
-                  best: str | None = None) -> Path:
-    """Capacity vs cost of every simulated candidate; the front as a staircase; the best marked."""
+                  best: str | None = None, target_rate: float | None = None) -> Path:
+    """Capacity vs cost of every simulated candidate; the front as a staircase; the best marked;
+    the load to serve (``target_rate``) as a horizontal line."""
     kind = _kind(path)
     key = COST_FIELD[cost]
     pts = [c for c in candidates if c.get("capacity") is not None and c.get(key) is not None]
@@ -210,11 +236,19 @@ def pareto_figure(candidates: Sequence[dict[str, Any]], path: str | Path, cost: 
         ax.step([c[key] for c in front], [c["capacity"] for c in front], where="post", color="#1f77b4")
         ax.scatter([c[key] for c in front], [c["capacity"] for c in front], s=28, color="#1f77b4",
                    label="Pareto front", zorder=3)
-        for c in front:
-            ax.annotate(c["label"], (c[key], c["capacity"]), fontsize=6, xytext=(3, -9), textcoords="offset points")
+        for i, c in enumerate(front):  # alternate above/below so neighbours do not overlap
+            ax.annotate(c["label"], (c[key], c["capacity"]), fontsize=6, xytext=(4, 6 if i % 2 else -10),
+                        textcoords="offset points", annotation_clip=False)
         if chosen:
             c = chosen[0]
             ax.scatter([c[key]], [c["capacity"]], s=120, marker="*", color="#d62728", label="best", zorder=4)
+        if target_rate is not None:
+            ax.axhline(target_rate, color="grey", ls="--", lw=1, label=f"load to serve ({target_rate:g} req/s)")
+        ax.margins(x=0.2, y=0.12)  # room for the labels of the last points
+        if cost == "usd":
+            from matplotlib.ticker import FuncFormatter
+
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _dollars(x)))
         return _save_axes(plt, fig, ax, path, COST_TITLE[cost], "capacity (req/s inside the SLOs)",
                           "kvcargo plan: capacity vs cost")
     go, _ = _plotly()
@@ -227,7 +261,12 @@ def pareto_figure(candidates: Sequence[dict[str, Any]], path: str | Path, cost: 
         c = chosen[0]
         fig.add_trace(go.Scatter(x=[c[key]], y=[c["capacity"]], mode="markers", name="best", text=[c["label"]],
                                  marker={"symbol": "star", "size": 16, "color": "#d62728"}))
+    if target_rate is not None:
+        fig.add_hline(y=target_rate, line_dash="dash", line_color="grey",
+                      annotation_text=f"load to serve ({target_rate:g} req/s)")
     fig.update_layout(title="kvcargo plan: capacity vs cost", xaxis_title=COST_TITLE[cost],
                       yaxis_title="capacity (req/s inside the SLOs)")
+    if cost == "usd":
+        fig.update_xaxes(tickprefix="$", tickformat="~s")
     fig.write_html(str(path), include_plotlyjs=True, full_html=True)
     return Path(path)

@@ -6,7 +6,9 @@ from typing import Any
 
 from kvcargo.config import DEFAULT_RATE
 from kvcargo.metrics import STAGES
-from kvcargo.report.text import bytes_, ms, pct, seconds, table
+from kvcargo.report.serving import scheduler_lines
+from kvcargo.report.levers import lever_config, lever_lines
+from kvcargo.report.text import bytes_, count, ms, pct, seconds, table
 
 
 def describe_config(c: dict[str, Any], with_rate: bool = True) -> str:
@@ -24,7 +26,8 @@ def describe_config(c: dict[str, Any], with_rate: bool = True) -> str:
         (f"{DEFAULT_RATE if c['rate'] is None else c['rate']:g} req/s, " if with_rate else "")
         + f"{c['requests']} requests, prompt {c['prompt']:g}±cv{c['prompt_cv']:g}, "
         f"output {c['output']:g}±cv{c['output_cv']:g}, seed {c['seed']}")
-    return f"{c['model']}: {pools}; {load}"
+    levers = lever_config(c)
+    return f"{c['model']}: {pools}; {load}" + (f"; {levers}" if levers else "")
 
 
 def render(config: dict[str, Any], s: dict[str, Any]) -> str:
@@ -34,6 +37,9 @@ def render(config: dict[str, Any], s: dict[str, Any]) -> str:
                + (f" ({s['rejected']:,} rejected: KV never fits)" if s["rejected"] else "")
                + f" in {seconds(s['horizon_s'])} simulated; latency over {s['steady_requests']:,} "
                "steady requests (first 10% are warm-up)")
+    if s.get("clipped_prompts") or s.get("clipped_outputs"):
+        out.append(f"the generator clipped {count(s['clipped_prompts'], 'prompt length')} and "
+                   f"{count(s['clipped_outputs'], 'output length')} to [1, {config['max_length']:,}] tokens")
     out += ["", "Latency (ms)"]
     rows = []
     for key, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"), ("handoff", "hand-off")):
@@ -42,7 +48,9 @@ def render(config: dict[str, Any], s: dict[str, Any]) -> str:
     out += ["", "Throughput and SLOs",
             (f"  output {s['output_tok_per_s']:,.1f} tok/s, {s['req_per_s']:.2f} req/s; "
             f"SLO met {pct(s['slo_attainment'])} (TTFT ≤ {config['ttft_slo']:g} s, TPOT ≤ "
-            f"{config['tpot_slo'] * 1e3:g} ms); goodput {s['goodput_rps']:.2f} req/s")]
+            f"{config['tpot_slo'] * 1e3:g} ms); goodput {s['goodput_rps']:.2f} req/s"),
+            "  (goodput: steady requests inside both SLOs per second of their arrival window; the req/s "
+            "above spread every request over the whole run, drain included, so goodput can be higher)"]
     out += ["", "Utilisation"]
     rows = [[r["name"], f"{r['devices']}× {r['device']}", pct(r["busy"], 0), pct(r["mfu"], 0), pct(r["mbu"], 0),
              f"{r['mean_batch']:.1f}", f"{r['avg_power_w']:,.0f} W"] for r in s["instances"]]
@@ -52,7 +60,7 @@ def render(config: dict[str, Any], s: dict[str, Any]) -> str:
     if s["transfers"]:
         out += ["", "KV hand-off",
                 (f"  {s['transfers']:,} transfers, {bytes_(s['link_bytes'])} on the wire "
-                f"({s['link_gbps']:.2f} GB/s), mean wait for the link {seconds(s['link_mean_wait_s'])}"),
+                f"({s['link_gbytes_per_s']:.2f} GB/s), mean wait for the link {seconds(s['link_mean_wait_s'])}"),
                 f"  hand-off p99 {seconds(s['handoff_p99'])}; link energy {s['link_j_per_request']:.4f} J per request"
                 + (f"; transit-bound {pct(s['transit_bound_share'])}" if config["kv_compress"] else "")]
     out += ["", "Efficiency",
@@ -60,10 +68,13 @@ def render(config: dict[str, Any], s: dict[str, Any]) -> str:
             f"average power {s['avg_power_w']:,.0f} W"),
             f"  energy: static {pct(s['share_static'], 0)}, compute {pct(s['share_compute'], 0)}, "
             f"memory {pct(s['share_memory'], 0)}, link {pct(s['share_link'], 1)}"
-            + (f", in-transit {pct(s['share_transit'], 1)}" if s["energy_transit_j"] else "")]
+            + (f", in-transit {pct(s['share_transit'], 1)}" if s["energy_transit_j"] else "")
+            + (f", scale-up {pct(s['share_scale_up'], 2)}" if s["energy_scale_up_j"] else "")]
     if s["silicon_usd"] == s["silicon_usd"]:
         out.append(f"  silicon (illustrative) ${s['silicon_usd']:,.0f}: "
                    f"{s['tok_per_s_per_kusd']:,.0f} tok/s per $1000")
+    out += scheduler_lines(s)
+    out += lever_lines(s)
     out += ["", "Where time goes (mean over steady requests)"]
     out.append("  " + ", ".join(f"{k.replace('_', ' ')} {pct(s[f'share_{k}'], 0)}" for k in STAGES))
     out.append(f"  KV wait + transfer: {pct(s['kv_share_of_e2e'])} of end-to-end")

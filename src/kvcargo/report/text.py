@@ -53,3 +53,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | No
 
     rule = "  ".join("-" * w for w in widths)
     return "\n".join([line(cells[0]), rule, *(line(r) for r in cells[1:])])
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 run``, ``16 runs``, ``1 candidate``: a number with its noun in the right number."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

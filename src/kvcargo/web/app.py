@@ -3,13 +3,16 @@
 Routes: ``GET /`` (the page), ``/static/*`` (its script and style), ``/vendor/plotly.min.js``
 (from the installed ``plotly`` package: nothing comes from the internet), ``GET /api/handoff``,
 ``POST /api/simulate``, ``GET /api/catalog``, ``GET /api/presets``. Errors are JSON
-``{"error": "one line"}``: 400 for a malformed request, 422 for invalid parameters, 413 for an
-oversized body, 503 when the simulator is busy, 504 when a run passes the time limit.
+``{"error": "one line"}``: 400 for a malformed request or a foreign ``Host``, 403 for a POST from
+another site, 415 for a POST body not declared JSON, 422 for invalid parameters (with ``"field"``,
+the parameter at fault), 413 for an oversized body, 503 when the simulator is busy, 504 when a
+run passes the time limit.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
@@ -20,11 +23,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from kvcargo import __version__
 from kvcargo.config import DEFAULT_RATE
-from kvcargo.errors import KvcargoError
+from kvcargo.errors import KvcargoError, shown
 from kvcargo.web import presets as presets_mod
 from kvcargo.web import service
 from kvcargo.web.workers import SimPool, SimulationTimeout, SimulatorBusy, WorkerFailed
@@ -50,8 +52,43 @@ def plotly_js() -> Path | None:
     return path if path.is_file() else None
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def _error(status: int, message: str, field: str | None = None) -> JSONResponse:
+    """``{"error": "one line"}``, with ``field`` (the parameter at fault) when one is known."""
+    body = {"error": message} | ({"field": field} if field else {})
+    return JSONResponse(body, status_code=status)
+
+
+def field_of(message: str) -> str | None:
+    """The parameter an error message names first (``invalid --prompt ...`` → ``prompt``)."""
+    m = re.search(r"--([a-z][a-z-]*)", message)
+    return m.group(1).replace("-", "_") if m else None
+
+
+def host_name(host: str) -> str:
+    """The name part of a ``Host`` header (``[::1]:8000`` → ``[::1]``, ``a:80`` → ``a``)."""
+    if host.startswith("["):
+        return host[: host.find("]") + 1] if "]" in host else host
+    return host.split(":", 1)[0]
+
+
+def refuse_request(request: Request, hosts: set[str] | None) -> JSONResponse | None:
+    """An error response for a request the server must not answer, else None.
+
+    A ``Host`` outside ``hosts`` (DNS rebinding), and on ``POST`` an ``Origin`` other than the
+    page's own or a body that is not declared JSON: a form or ``text/plain`` POST from another
+    site must not start a simulation (a browser sends those cross-site without asking).
+    """
+    host = request.headers.get("host", "")
+    if hosts is not None and host_name(host) not in hosts:
+        return _error(400, f"invalid Host header {shown(host)}: this server answers only {', '.join(sorted(hosts))}")
+    if request.method == "POST":
+        origin = request.headers.get("origin")
+        if origin is not None and origin != f"{request.url.scheme}://{host}":
+            return _error(403, f"cross-site request refused (Origin {shown(origin)} is not this page's)")
+        kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if kind != "application/json":
+            return _error(415, "send the parameters as JSON (Content-Type: application/json)")
+    return None
 
 
 def create_app(max_requests: int = 20_000, timeout_s: float = 30.0, workers: int = 2, queue: int = 8,
@@ -80,19 +117,19 @@ def create_app(max_requests: int = 20_000, timeout_s: float = 30.0, workers: int
     app.state.pool = pool
     app.state.limits = {"max_requests": max_requests, "timeout_s": timeout_s, "workers": workers,
                         "queue": queue, "max_prompt": service.MAX_PROMPT, **service.SIM_LIMITS}
-    if allowed_hosts is not None:
-        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))
+    hosts = None if allowed_hosts is None else set(allowed_hosts)
 
     @app.middleware("http")
     async def security_headers(request: Request, call_next: Any) -> Response:
-        response = await call_next(request)
+        refused = refuse_request(request, hosts)
+        response = refused or await call_next(request)
         for key, value in SECURITY_HEADERS.items():
             response.headers.setdefault(key, value)
         return response
 
     @app.exception_handler(KvcargoError)
     async def invalid(request: Request, exc: KvcargoError) -> JSONResponse:
-        return _error(422, str(exc))
+        return _error(422, str(exc), field_of(str(exc)))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -17,9 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kvcargo import catalog as catalog_mod
 from kvcargo.cli import handoff as handoff_cli
 from kvcargo.cli.simulate import jsonable
-from kvcargo.config import SimConfig, describe
+from kvcargo.config import NumberFormat, SimConfig, describe
 from kvcargo.cost import Pool
-from kvcargo.errors import KvcargoError
+from kvcargo.errors import KvcargoError, clip
 from kvcargo.handoff import HandoffResult, calculate_keys
 from kvcargo.report.text import ms, pct
 
@@ -35,7 +35,7 @@ SIM_LIMITS: dict[str, float] = {
     "prefill": 64, "decode": 64, "instances": 128, "link_channels": 64,
     "devices_per_instance": 64, "prefill_devices_per_instance": 64, "decode_devices_per_instance": 64,
     "prompt": 1_048_576, "output": 65_536, "max_batch": 4096, "token_budget": 1_048_576,
-    "layer_groups": 256, "nics_per_instance": 64, "domain_size": 1024,
+    "layer_groups": 256, "nics_per_instance": 64, "domain_size": 1024, "max_length": 1_048_576,
 }
 SERVER_ONLY = ("catalog", "workload_file")
 """SimConfig fields that name files on the server: not accepted from a web client."""
@@ -55,6 +55,10 @@ class HandoffParams(BaseModel):
     send: Literal["whole", "layerwise"] = _CLI["send"]
     device: str = _CLI["device"]
     devices_per_instance: Annotated[int, Field(ge=1, le=1024)] = _CLI["devices_per_instance"]
+    weight_format: NumberFormat | None = _CLI["weight_format"]
+    kv_format: NumberFormat | None = _CLI["kv_format"]
+    compute_format: NumberFormat | None = _CLI["compute_format"]
+    speculative: str | None = _CLI["speculative"]
 
 
 def parse_handoff(query: Sequence[tuple[str, str]]) -> HandoffParams:
@@ -64,7 +68,7 @@ def parse_handoff(query: Sequence[tuple[str, str]]) -> HandoffParams:
         if key in values:
             raise KvcargoError(f"parameter {key} given more than once")
         values[key] = value
-    for key in ("kv_compress", "kv_keep", "kv_ratio"):
+    for key in ("kv_compress", "kv_keep", "kv_ratio", "speculative", "weight_format", "kv_format", "compute_format"):
         if values.get(key) == "":
             del values[key]
     try:
@@ -77,7 +81,8 @@ def handoff(params: HandoffParams, catalog_files: Sequence[str] = ()) -> dict[st
     """The calculator: ``kvcargo handoff --json``'s numbers plus the CLI's text panel (``panel``)."""
     result, m, link, pool = calculate_keys(
         catalog_mod.load(catalog_files), params.model, params.prompt, params.link, params.kv_compress,
-        params.kv_keep, params.kv_ratio, params.send, params.device, params.devices_per_instance)
+        params.kv_keep, params.kv_ratio, params.send, params.device, params.devices_per_instance,
+        params.weight_format, params.kv_format, params.compute_format, params.speculative)
     return {**result.as_dict(), "layers": m.layers, "panel": panel(result, link.name, m.name, pool)}
 
 
@@ -113,11 +118,15 @@ def check_simulation(body: Mapping[str, Any], max_requests: int, catalog_files: 
             raise KvcargoError(f"--{key.replace('_', '-')} names a file on the server: not accepted by the web API")
     for key in body:
         if key not in SimConfig.model_fields:
-            raise KvcargoError(f"unknown parameter --{str(key).replace('_', '-')}")
-    config = SimConfig.build(**body)
-    if config.requests > max_requests:
-        raise KvcargoError(f"invalid --requests (got {config.requests}): at most {max_requests:,} per run "
+            raise KvcargoError(f"unknown parameter {clip('--' + str(key).replace('_', '-'))}")
+    requests = body.get("requests")
+    if isinstance(requests, int) and not isinstance(requests, bool) and requests > max_requests:
+        raise KvcargoError(f"invalid --requests (got {requests}): at most {max_requests:,} per run "
                            "in the web API (kvcargo ui --max-requests)")
+    try:  # strict: JSON true is not 1, "9" is not 9
+        config = SimConfig.model_validate(dict(body), strict=True)
+    except ValidationError as exc:
+        raise KvcargoError(describe(exc)) from None
     for key, limit in SIM_LIMITS.items():
         value = getattr(config, key)
         if value is not None and value > limit:
@@ -158,7 +167,22 @@ def result_table(summary: Mapping[str, Any]) -> list[dict[str, str]]:
         rejected = f" ({summary['rejected']:,} rejected: KV never fits)" if summary["rejected"] else ""
         return f"{summary['completed']:,} of {summary['requests']:,}{rejected}"
 
-    return [{"key": key, "label": label, "text": text(key)} for key, label in RESULT_ROWS]
+    rows = [{"key": key, "label": label, "text": text(key)} for key, label in RESULT_ROWS]
+    return rows + [{"key": key, "label": label, "text": show(summary[key])}
+                   for key, label, show in LEVER_ROWS if key in summary]
+
+
+LEVER_ROWS = [
+    ("mean_running", "Mean running batch", lambda x: f"{x:.2f}"),
+    ("kv_token_frac", "KV allocated that holds tokens", lambda x: pct(x)),
+    ("computed_prefill_tokens", "Prefill tokens computed", lambda x: f"{x:,}"),
+    ("preemptions", "Preemptions", lambda x: f"{x:,}"),
+    ("recompute_tokens", "Tokens recomputed", lambda x: f"{x:,}"),
+    ("swap_out_GB", "Swapped to host", lambda x: f"{x:.3f} GB"),
+    ("swap_seconds", "Host-link time", lambda x: f"{x:.3f} s"),
+    ("prefix_hit_tokens", "Prefix cache hits (tokens)", lambda x: f"{x:,}"),
+]
+"""Rows the serving levers add to the table (when their metric is in the summary)."""
 
 
 def run_simulation(config: dict[str, Any], bins: int = 200) -> dict[str, Any]:

@@ -19,14 +19,14 @@ NV_MAGICCONST = 4 * math.exp(-0.5) / math.sqrt(2.0)
 
 @kernel
 def _length(u, pos, mean, cv, mu, sigma, lo, hi):
-    """One clipped, rounded lognormal length; returns (length, next position) or (-1, pos) when
-    the uniforms ran out."""
+    """One clipped, rounded lognormal length; returns (length, next position, whether it was
+    clipped) or (-1, pos, False) when the uniforms ran out."""
     if cv <= 0.0:
         x = mean
     else:
         while True:
             if pos + 2 > u.shape[0]:
-                return -1, pos
+                return -1, pos, False
             u1 = u[pos]
             u2 = 1.0 - u[pos + 1]
             pos += 2
@@ -35,15 +35,17 @@ def _length(u, pos, mean, cv, mu, sigma, lo, hi):
             if zz <= -math.log(u2):
                 break
         x = math.exp(mu + z * sigma)
-    return int(min(hi, max(lo, np.rint(x)))), pos
+    r = np.rint(x)
+    return int(min(hi, max(lo, r))), pos, bool(r > hi or r < lo)
 
 
 @kernel
-def draw_requests(u, start, n_done, t, rate, p_par, o_par, arrival, prompt, output):
+def draw_requests(u, start, n_done, t, rate, p_par, o_par, arrival, prompt, output, clipped):
     """Fill requests from index ``n_done`` on, consuming uniforms ``u[start:]``.
 
     ``p_par``/``o_par`` = (mean, cv, mu, sigma, lo, hi). Returns (requests done, position, clock);
-    stops early (at a request boundary) when the uniforms run out.
+    stops early (at a request boundary) when the uniforms run out. ``clipped`` counts the prompt
+    (``[0]``) and output (``[1]``) lengths the bounds clipped.
     """
     pos = start
     i = n_done
@@ -52,12 +54,16 @@ def draw_requests(u, start, n_done, t, rate, p_par, o_par, arrival, prompt, outp
         if pos >= u.shape[0]:
             break
         gap = -math.log(1.0 - u[pos]) / rate
-        plen, p2 = _length(u, pos + 1, p_par[0], p_par[1], p_par[2], p_par[3], p_par[4], p_par[5])
+        plen, p2, p_clip = _length(u, pos + 1, p_par[0], p_par[1], p_par[2], p_par[3], p_par[4], p_par[5])
         if plen < 0:
             break
-        olen, p3 = _length(u, p2, o_par[0], o_par[1], o_par[2], o_par[3], o_par[4], o_par[5])
+        olen, p3, o_clip = _length(u, p2, o_par[0], o_par[1], o_par[2], o_par[3], o_par[4], o_par[5])
         if olen < 0:
             break
+        if p_clip:
+            clipped[0] += 1
+        if o_clip:
+            clipped[1] += 1
         t += gap
         arrival[i] = t
         prompt[i] = plen

@@ -41,6 +41,8 @@ class LengthDist:
         return np.array([self.mean, self.cv, mu, math.sqrt(sigma2), self.lo, self.hi], dtype=np.float64)
 
 
+DRAW_PLAIN_S = 16e-6
+"""Seconds per request of drawing the workload as plain Python (this project's 2-core machine)."""
 CHUNK = 1 << 20
 """Uniforms drawn per batch (bounded memory for millions of requests)."""
 
@@ -51,20 +53,25 @@ def generate(n: int, rate: float, prompt: LengthDist, output: LengthDist, seed: 
         raise KvcargoError(f"number of requests must be >= 1, got {n}")
     if not (rate > 0 and math.isfinite(rate)):
         raise KvcargoError(f"rate must be a positive number of requests per second, got {rate:g}")
+    from kvcargo import _jit
+
+    _jit.expect_work(n * DRAW_PLAIN_S)  # before the import below: it then finds the compiled kernel
     from kvcargo.workload.draws import draw_requests, uniforms
 
     rng = random.Random(seed)
     arrival = np.empty(n, dtype=np.float64)
     plen = np.empty(n, dtype=np.int64)
     olen = np.empty(n, dtype=np.int64)
+    clipped = np.zeros(2, dtype=np.int64)
     done, pos, t = 0, 0, 0.0
     chunk = min(7 * n + 64, CHUNK)  # ~6.5 uniforms per request, drawn a bounded batch at a time
     u = uniforms(rng, chunk)
     while True:
         done, pos, t = draw_requests(u, pos, done, t, float(rate), prompt.params(), output.params(),
-                                     arrival, plen, olen)
+                                     arrival, plen, olen, clipped)
         if done == n:
             break
         u = np.concatenate([u[pos:], uniforms(rng, min(7 * (n - done) + 64, CHUNK))])
         pos = 0
-    return Workload(arrival, plen, olen, source=f"poisson rate={rate:g} seed={seed}")
+    return Workload(arrival, plen, olen, source=f"poisson rate={rate:g} seed={seed}",
+                    clipped_prompts=int(clipped[0]), clipped_outputs=int(clipped[1]))

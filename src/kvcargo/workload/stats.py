@@ -23,6 +23,10 @@ BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 2160
 MAX_BUCKETS = 60
 
 
+MOST_BUCKETS = 1_000_000
+"""Most buckets a given --bucket may cut the timeline into (a typo must not exhaust the machine)."""
+
+
 def auto_bucket(duration: float) -> float:
     """A round bucket width (s) that cuts ``duration`` into at most 60 buckets."""
     for b in BUCKETS_S:
@@ -75,9 +79,12 @@ def trace_stats(w: Workload, bucket_s: float | None = None, model: Model | None 
     duration = float(arrival[-1] - arrival[0])
     gaps = np.diff(arrival)
     cv = float(gaps.std() / gaps.mean()) if len(gaps) and gaps.mean() > 0 else math.nan
-    bucket = float(bucket_s) if bucket_s else auto_bucket(duration)
-    if not bucket > 0:
+    bucket = auto_bucket(duration) if bucket_s is None else float(bucket_s)
+    if not (bucket > 0 and math.isfinite(bucket)):
         raise KvcargoError(f"--bucket must be a positive number of seconds, got {bucket_s!r}")
+    if duration / bucket > MOST_BUCKETS:
+        raise KvcargoError(f"--bucket {bucket:g} cuts the trace's {duration:g} s into more than {MOST_BUCKETS:,} "
+                           f"buckets: use at least {duration / MOST_BUCKETS:.3g} s")
     rates, full = timeline(arrival, bucket)
     peak, low = _extremes(rates, full)
     out: dict[str, Any] = {

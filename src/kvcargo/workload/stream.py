@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kvcargo.errors import KvcargoError
+
+if TYPE_CHECKING:
+    from kvcargo.workload.sessions import Sessions
 
 
 @dataclass(frozen=True)
@@ -23,6 +27,13 @@ class Workload:
     source: str = "generated"
     block_ids: np.ndarray | None = field(default=None, repr=False)
     block_offsets: np.ndarray | None = field(default=None, repr=False)
+    clipped_prompts: int = 0
+    """Generated prompt lengths the generator's bounds clipped (a trace's are never clipped)."""
+    clipped_outputs: int = 0
+    """Generated output lengths the generator's bounds clipped."""
+    sessions: Sessions | None = field(default=None, repr=False)
+    """Multi-turn sessions (prefix chains, closed-loop turns); later turns' arrivals are
+    placeholders set during the run."""
 
     def __post_init__(self) -> None:
         n = len(self.arrival)
@@ -32,7 +43,8 @@ class Workload:
             raise KvcargoError(f"workload {self.source}: arrival, prompt and output differ in length")
         if not np.all(np.isfinite(self.arrival)) or np.any(self.arrival < 0):
             raise KvcargoError(f"workload {self.source}: arrival times must be finite and >= 0")
-        if np.any(np.diff(self.arrival) < 0):
+        roots = self.arrival if self.sessions is None else self.arrival[self.sessions.predecessor < 0]
+        if np.any(np.diff(roots) < 0):
             raise KvcargoError(f"workload {self.source}: arrival times must not decrease")
         if np.any(self.prompt < 1) or np.any(self.output < 1):
             raise KvcargoError(f"workload {self.source}: prompt and output lengths must be >= 1 token")

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from kvcargo.errors import KvcargoError
+from kvcargo.workload.builtin import resolve_trace
 from kvcargo.workload.stream import Workload
 
 TIME_UNITS = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
@@ -83,7 +84,7 @@ def read_trace(path: str | Path, *, arrival_col: str | None = None, prompt_col: 
     rows) where they differ from the detected format's; ``time_unit`` is the unit of numeric
     arrival times (``s``, ``ms``, ``us``, ``ns``; default: the format's, seconds for generic files).
     """
-    path = Path(path)
+    path = resolve_trace(path)
     if time_unit is not None and time_unit not in TIME_UNITS:
         raise KvcargoError(f"unknown time unit {time_unit!r}; valid choices: {', '.join(TIME_UNITS)}")
     mapping = (arrival_col, prompt_col, output_col)
@@ -96,7 +97,7 @@ def read_trace(path: str | Path, *, arrival_col: str | None = None, prompt_col: 
 def detect(path: str | Path) -> str:
     """The name of a trace file's format (``kvcargo CSV``, ``JSON rows``, ``Mooncake JSONL``,
     ``Azure 2023 CSV``, ``generic CSV`` or ``generic JSON``), from its content."""
-    return _parse(Path(path), strict=False)[0].name
+    return _parse(resolve_trace(path), strict=False)[0].name
 
 
 def _parse(path: Path, mapping: tuple[str | None, ...] = (None, None, None),

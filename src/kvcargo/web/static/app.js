@@ -273,7 +273,33 @@ const SIM_FIELDS = [
   ["kv_reserve", "Decode KV reserved", "choice:at-decode|at-transfer", "Hand-off"],
   ["cost_model", "Cost model", "choice:roofline|calibrated", "Pools"],
   ["link_model", "Link model", "choice:line-rate|measured", "Hand-off"],
+  ["batch_policy", "Batching", "choice:prefill-priority|decode-priority|chunked", "Scheduling & memory"],
+  ["max_num_batched_tokens", "Tokens per step", "int", "Scheduling & memory"],
+  ["kv_policy", "KV reservation", "choice:oracle|pow2|max|paged", "Scheduling & memory"],
+  ["kv_block_size", "KV block (tokens, paged)", "int", "Scheduling & memory"],
+  ["max_seq_len", "Reserved length (max)", "int", "Scheduling & memory"],
+  ["preemption", "Preemption (paged)", "choice:|recompute|swap", "Scheduling & memory"],
+  ["host_link", "Swap link", "select:links:pcie5", "Scheduling & memory"],
+  ["prefix_caching", "Prefix caching", "switch", "Scheduling & memory"],
+  ["workload", "Named workload", "choice:|chat|coding-agent|offline-batch|long-rag|voice", "Workload"],
+  ["turns", "Turns per session", "int", "Workload"],
+  ["think", "Think time (s)", "float", "Workload"],
+  ["system_prompts", "System prompts", "int", "Workload"],
+  ["system_len", "System prompt (tokens)", "int", "Workload"],
+  ["prefix_share", "Sessions with one", "float", "Workload"],
+  ["tp", "Tensor parallel (tp)", "int", "Parallelism and formats"],
+  ["pp", "Pipeline stages (pp)", "int", "Parallelism and formats"],
+  ["ep", "Expert parallel (ep)", "int", "Parallelism and formats"],
+  ["microbatches", "Micro-batches", "int", "Parallelism and formats"],
+  ["scale_up_link", "Scale-up link", "select:links:the device's own", "Parallelism and formats"],
+  ["weight_format", "Weight format", "choice:bf16|fp8|int8|int4|fp4", "Parallelism and formats"],
+  ["kv_format", "KV format", "choice:bf16|fp8|int8|int4|fp4", "Parallelism and formats"],
+  ["compute_format", "Compute format", "choice:bf16|fp8|int8|int4|fp4", "Parallelism and formats"],
+  ["speculative", "Speculative draft", "select:models:off", "Parallelism and formats"],
+  ["gamma", "Drafted tokens (gamma)", "int", "Parallelism and formats"],
+  ["alpha", "Acceptance (alpha)", "float", "Parallelism and formats"],
 ];
+const DRAFTS = [["mtp", "MTP head (one extra layer)"]];
 
 function simDefault(name) {
   const d = state.catalog.defaults;
@@ -294,7 +320,11 @@ function setupSimulator(cat, presets) {
     if (kind.startsWith("select:")) {
       const [, table, blank] = kind.split(":");
       input = el("select", { id: `sim-${name}`, name });
-      fillSelect(input, named(cat[table], table === "codecs" ? ["none"] : []), { blank: blank ?? null });
+      const entries = named(cat[table], table === "codecs" ? ["none"] : []);
+      fillSelect(input, name === "speculative" ? [...DRAFTS, ...entries] : entries, { blank: blank ?? null });
+    } else if (kind === "switch") {
+      input = el("select", { id: `sim-${name}`, name });
+      fillSelect(input, [["false", "off"], ["true", "on"]]);
     } else if (kind.startsWith("choice:")) {
       input = el("select", { id: `sim-${name}`, name });
       fillSelect(input, kind.slice(7).split("|").map((c) => [c, c]));
@@ -358,7 +388,7 @@ function simBody() {
     }
     const raw = input.value;
     if (raw === "") continue;
-    const value = kind === "int" || kind === "float" ? Number(raw) : raw;
+    const value = kind === "int" || kind === "float" ? Number(raw) : kind === "switch" ? raw === "true" : raw;
     if (value === simDefault(name)) continue;
     body[name] = value;
   }
@@ -366,7 +396,7 @@ function simBody() {
 }
 
 function cliCommand(body) {
-  const args = Object.entries(body).map(([k, v]) => `--${k.replaceAll("_", "-")} ${v}`);
+  const args = Object.entries(body).map(([k, v]) => `--${k.replaceAll("_", "-")}${v === true ? "" : ` ${v}`}`);
   return ["kvcargo simulate", ...args].join(" ");
 }
 

@@ -1,0 +1,88 @@
+"""What one step of an instance costs, as the engine asks for it: the target's forward pass (the
+step-cost seam of :mod:`.kernels` on one big device, or a parallel layout's slots), plus the
+speculative draft's passes.
+
+The figures come from the cost model's kernels over the packed coefficients the engine was given;
+this module only adds the parts in the companion's order and books a layout's communication and
+a draft's time in the instance's totals.
+"""
+
+from __future__ import annotations
+
+from kvcargo._jit import kernel
+from kvcargo.engine.kernels import (
+    decode_cost,
+    decode_parts,
+    parallel_step,
+    prefill_cost,
+    prefill_parts,
+    roofline,
+    verify_parts,
+)
+from kvcargo.engine.state import P_GAMMA, P_SPEC, S_COMM, S_DRAFT_T, S_SCALE_UP_J
+from kvcargo.parallel import LF_ON
+
+
+@kernel(inline=True)
+def _layout_pass(st, pr, pool, row, flops, w, o, tokens):
+    """One target pass with pool ``pool``'s parallel layout, its communication booked to stats row
+    ``row``: (time with overhead, bytes counted, compute J, memory J)."""
+    dt, e_c, e_m, nbytes, comm_t, scale_up_j = parallel_step(pr.hs[pool], pr.lf[pool], flops, w, o, tokens)
+    st.stats[row, S_COMM] += comm_t
+    st.stats[row, S_SCALE_UP_J] += scale_up_j
+    return dt, nbytes, e_c, e_m
+
+
+@kernel(inline=True)
+def _with_draft_pass(pr, pool, step, f_d, w_d, o_d):
+    """A step with one more draft pass (FLOPs ``f_d``, bytes ``w_d + o_d``) added left to right;
+    returns it and the pass's time."""
+    dt, flops, nbytes, e_c, e_m = step
+    t_d, c_d, m_d = roofline(pr.hd[pool], f_d, w_d + o_d)
+    return (dt + t_d, flops + f_d, nbytes + (w_d + o_d), e_c + c_d, e_m + m_d), t_d
+
+
+@kernel
+def prefill_step_cost(st, pr, pool, row, tokens, quad, n):
+    """A prefill step over whole prompts on pool ``pool`` (0 prefill/colocated, 1 decode) of stats
+    row ``row``, then the draft's prefill of the same prompts: (time, FLOPs, bytes, compute J,
+    memory J)."""
+    if pr.lf[pool, LF_ON] == 0.0:
+        flops, nbytes, dt, e_c, e_m = prefill_cost(pr, pool, tokens, quad, n)
+    else:
+        flops, w, o = prefill_parts(pr.mi, pr.mf, tokens, quad, n)
+        dt, nbytes, e_c, e_m = _layout_pass(st, pr, pool, row, flops, w, o, tokens)
+    step = (dt, flops, nbytes, e_c, e_m)
+    if pr.ints[P_SPEC]:
+        f_d, w_d, o_d = prefill_parts(pr.mid, pr.mfd, tokens, quad, n)
+        step, t_d = _with_draft_pass(pr, pool, step, f_d, w_d, o_d)
+        st.stats[row, S_DRAFT_T] += 0.0 + t_d
+    return step
+
+
+@kernel
+def decode_step_cost(st, pr, pool, row, batch, context):
+    """A decode step over ``batch`` rows whose contexts sum to ``context``; with a draft, a verify
+    pass of γ + 1 tokens per row after γ draft passes: (time, FLOPs, bytes, compute J, memory J)."""
+    if not pr.ints[P_SPEC]:
+        if pr.lf[pool, LF_ON] == 0.0:
+            flops, nbytes, dt, e_c, e_m = decode_cost(pr, pool, batch, context)
+        else:
+            flops, w, o = decode_parts(pr.mi, pr.mf, batch, context)
+            dt, nbytes, e_c, e_m = _layout_pass(st, pr, pool, row, flops, w, o, batch)
+        return dt, flops, nbytes, e_c, e_m
+    gamma = pr.ints[P_GAMMA]
+    flops, w, o, tokens = verify_parts(pr.mi, pr.mf, batch, context, gamma)
+    if pr.lf[pool, LF_ON] == 0.0:
+        dt, e_c, e_m = roofline(pr.hf[pool], flops, w + o)
+        nbytes = w + o
+    else:
+        dt, nbytes, e_c, e_m = _layout_pass(st, pr, pool, row, flops, w, o, tokens)
+    step = (dt, flops, nbytes, e_c, e_m)
+    draft_t = 0.0
+    for j in range(gamma):
+        f_d, w_d, o_d = decode_parts(pr.mid, pr.mfd, batch, context + j * batch)
+        step, t_d = _with_draft_pass(pr, pool, step, f_d, w_d, o_d)
+        draft_t = draft_t + t_d
+    st.stats[row, S_DRAFT_T] += draft_t
+    return step

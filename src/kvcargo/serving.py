@@ -1,0 +1,112 @@
+"""The serving levers of the companion simulator: which flags need which, and their workloads.
+
+Batching policy, token budget, KV reservation policy (with paged blocks and preemption), prefix
+caching, multi-turn sessions and the named workload presets. A run that uses none of them is the
+reference's, bit for bit; see docs/modelling.md ("Serving levers").
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kvcargo.workload import LengthDist, Workload, generate
+from kvcargo.workload.sessions import PRESETS, SessionShape, generate_sessions
+
+if TYPE_CHECKING:
+    from kvcargo.config import SimConfig
+
+DEFAULT_BLOCK = 16
+DEFAULT_MAX_SEQ_LEN = 2048
+DEFAULT_PREEMPTION = "recompute"
+DEFAULT_HOST_LINK = "pcie5"
+DEFAULT_PREFIX_SHARE = 1.0
+PRESET_FIELDS = ("prompt", "prompt_cv", "output", "output_cv", "turns", "think", "system_prompts", "system_len",
+                 "prefix_share")
+"""Fields a ``--workload`` preset sets (giving them too is refused)."""
+HANDOFF_MODELS = ("send", "topology", "link_sharing", "kv_reserve", "decode_prefix_cache")
+PARALLEL_LEVERS = ("tp", "pp", "ep", "microbatches", "expert_imbalance", "scale_up_link", "prefill_tp", "prefill_pp",
+                   "decode_tp", "decode_pp", "weight_format", "kv_format", "compute_format", "speculative")
+"""Parallelism, number-format and speculative-decoding fields the scheduled engine does not model."""
+
+
+def _changed(c: SimConfig, name: str) -> bool:
+    """Whether a field differs from its default (how a preset tells that a flag was given)."""
+    return getattr(c, name) != type(c).model_fields[name].default
+
+
+def session_shape(c: SimConfig) -> SessionShape:
+    """The session shape of a configuration (its preset's, if it names one)."""
+    if c.workload is not None:
+        return PRESETS[c.workload].shape
+    share = DEFAULT_PREFIX_SHARE if c.prefix_share is None else c.prefix_share
+    return SessionShape(c.turns, c.think, c.system_prompts, c.system_len, share)
+
+
+def check_serving(c: SimConfig) -> None:
+    """Refuse, with one line, a serving flag the configuration ignores or cannot combine."""
+    paged = c.kv_policy == "paged"
+    if c.kv_block_size is not None and not paged:
+        raise ValueError("--kv-block-size applies only to --kv-policy paged")
+    if c.preemption is not None and not paged:
+        raise ValueError("--preemption applies only to --kv-policy paged")
+    if c.host_link is not None and c.preemption != "swap":
+        raise ValueError("--host-link applies only to --kv-policy paged --preemption swap")
+    if c.max_seq_len is not None and c.kv_policy != "max":
+        raise ValueError("--max-seq-len applies only to --kv-policy max")
+    if c.prefix_caching and paged and c.preemption == "swap":
+        raise ValueError("--prefix-caching with --preemption swap is not modelled: use --preemption recompute")
+    if c.workload is not None:
+        if c.workload_file is not None:
+            raise ValueError("--workload and --workload-file both give the requests: choose one")
+        given = [f for f in PRESET_FIELDS if _changed(c, f)]
+        if given:
+            raise ValueError(f"--{given[0].replace('_', '-')} is set by --workload {c.workload}: drop it")
+    else:
+        if c.think > 0 and c.turns < 2:
+            raise ValueError("--think applies only to sessions of --turns 2 or more")
+        if (c.system_prompts > 0) != (c.system_len > 0):
+            raise ValueError("--system-prompts and --system-len go together (how many, and how long)")
+        if c.prefix_share is not None and c.system_prompts == 0:
+            raise ValueError("--prefix-share applies only with --system-prompts and --system-len")
+        if c.workload_file is not None and session_shape(c).is_session:
+            raise ValueError("sessions are generated: --turns/--system-prompts cannot be combined with --workload-file")
+    closed_loop = session_shape(c).turns > 1
+    if (c.scheduled or closed_loop) and any(_changed(c, f) for f in HANDOFF_MODELS):
+        raise ValueError("the serving levers and multi-turn sessions use the reference hand-off: drop --send, "
+                         "--topology, --link-sharing, --kv-reserve and --decode-prefix-cache")
+    if (c.scheduled or closed_loop) and (c.cost_model != "roofline" or c.link_model != "line-rate"):
+        raise ValueError("the serving levers and multi-turn sessions are priced by the reference roofline and "
+                         "link: drop --cost-model and --link-model")
+    parallel = [f for f in PARALLEL_LEVERS if _changed(c, f)]
+    if (c.scheduled or closed_loop) and parallel:
+        raise ValueError(f"the serving levers and multi-turn sessions run on single-device-equivalent BF16 "
+                         f"instances without a draft: drop --{parallel[0].replace('_', '-')}")
+    if c.prefix_caching and c.decode_prefix_cache:
+        raise ValueError("--prefix-caching and --decode-prefix-cache are two prefix caches: choose one")
+
+
+def with_preset_slos(c: SimConfig) -> SimConfig:
+    """A preset's SLOs, unless ``--ttft-slo``/``--tpot-slo`` were given (differ from the default)."""
+    if c.workload is None:
+        return c
+    p = PRESETS[c.workload]
+    changes = {}
+    if not _changed(c, "ttft_slo"):
+        changes["ttft_slo"] = p.ttft_slo
+    if not _changed(c, "tpot_slo"):
+        changes["tpot_slo"] = p.tpot_slo
+    return c.model_copy(update=changes)
+
+
+def serving_workload(c: SimConfig) -> Workload | None:
+    """The generated requests of a preset or a session workload (None: the plain generator's)."""
+    shape = session_shape(c)
+    if c.workload is not None:
+        prompt, output = PRESETS[c.workload].prompt, PRESETS[c.workload].output
+    elif shape.is_session:
+        prompt, output = LengthDist(c.prompt, c.prompt_cv), LengthDist(c.output, c.output_cv)
+    else:
+        return None
+    if shape.is_session:
+        return generate_sessions(c.requests, c.arrival_rate, prompt, output, shape, c.seed)
+    return generate(c.requests, c.arrival_rate, prompt, output, c.seed)

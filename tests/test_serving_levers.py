@@ -1,0 +1,337 @@
+"""The serving levers against the companion simulator's check values, bit for bit.
+
+``tests/data/levers-serving`` (copied from ``shared/data/reference-runs/levers-serving``) holds the
+companion's flags and full-precision summaries of twelve runs and every request's timestamps of
+four; kvcargo, given the same flags, must print exactly the same floats (``==``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kvcargo import SimConfig, simulate
+from kvcargo.cli import _register, cli
+from kvcargo.config import load_workload
+from kvcargo.engine.kvmemory import KvMemory
+from kvcargo.workload import LengthDist, generate
+from kvcargo.workload.sessions import SessionShape, generate_sessions
+
+DATA = Path(__file__).resolve().parent / "data" / "levers-serving"
+CHECKS = json.loads((DATA / "checks.json").read_text())
+RUNS = sorted(p.name.removesuffix(".requests.csv") for p in DATA.glob("*.requests.csv"))
+SUMMARY_CASES = [k for k in CHECKS if "new:stdout" not in CHECKS[k]["expect"]]
+
+
+def invoke(*args: str) -> str:
+    _register()
+    r = CliRunner().invoke(cli, list(args))
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+def summary_of(case: str) -> dict:
+    return json.loads(invoke("simulate", *CHECKS[case]["args"], "--json"))["summary"]
+
+
+@pytest.mark.parametrize("case", SUMMARY_CASES)
+def test_every_check_value_is_exact(case: str) -> None:
+    s = summary_of(case)
+    expect = {k.removeprefix("new:"): v for k, v in CHECKS[case]["expect"].items()}
+    got = {k: s.get(k, "missing") for k in expect}
+    assert got == expect
+
+
+def test_compare_sweep_prints_the_companion_table() -> None:
+    case = CHECKS["sweep_compare_long_rag"]
+    assert invoke("simulate", *case["args"]) == case["expect"]["new:stdout"]
+
+
+@pytest.mark.parametrize("case", RUNS)
+def test_every_request_is_exact(case: str, tmp_path: Path) -> None:
+    out = tmp_path / "requests.csv"
+    invoke("simulate", *CHECKS[case]["args"], "--requests-csv", str(out))
+    want = list(csv.reader((DATA / f"{case}.requests.csv").open()))
+    got = list(csv.reader(out.open()))
+    assert got == want
+
+
+def test_plain_python_engine_agrees() -> None:
+    """The same runs with KVCARGO_JIT=0 (nothing compiled) print the same summaries."""
+    cases = ["coloc_chunked512", "disagg_sessions_share05_plain"]
+    code = ("import json,sys; from click.testing import CliRunner; from kvcargo.cli import _register, cli; "
+            "_register(); print(json.dumps([json.loads(CliRunner().invoke(cli, ['simulate', *a, '--json']).output)"
+            "['summary'] for a in json.loads(sys.argv[1])]))")
+    long_rag = ["--model", "llama3-8b", "--workload", "long-rag", "--rate", "1"]  # sessions, compiled engine
+    args = json.dumps([CHECKS[c]["args"] + ["--requests", "120"] for c in cases] + [long_rag + ["--requests", "120"]])
+    runs = []
+    for jit in ("0", "1"):
+        env = {**os.environ, "KVCARGO_JIT": jit}
+        p = subprocess.run([sys.executable, "-c", code, args], capture_output=True, text=True, env=env, timeout=600)
+        assert p.returncode == 0, p.stderr
+        runs.append(json.loads(p.stdout))
+    assert runs[0] == runs[1]
+
+
+# ------------------------------------------------------------------ neutral settings
+
+
+def _same_run(a, b) -> None:
+    ra, rb = a.requests(), b.requests()
+    for k in ra:
+        np.testing.assert_array_equal(ra[k], rb[k], err_msg=k)
+    sa = {k: v for k, v in a.summary.items() if k != "instances"}
+    sb = {k: v for k, v in b.summary.items() if k in sa}
+    assert json.dumps(sa, default=float) == json.dumps(sb, default=float)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(mode="colocated", rate=8.0),
+    dict(mode="colocated", instances=3, rate=14.0, device="a100"),
+    dict(rate=8.0),
+    dict(prefill=2, rate=12.0, link="eth-25g"),
+    dict(rate=8.0, link="eth-25g", kv_compress="fp8", kv_compress_at="endpoint"),
+])
+def test_scheduled_engine_at_neutral_settings_is_the_reference(kw: dict) -> None:
+    """``--max-num-batched-tokens 8192`` alone runs the scheduled engine, which reproduces the
+    plain (compiled) engine bit for bit — colocated, and disaggregated with one decode instance
+    (levers-serving §0.1). Two independent implementations agreeing on every timestamp."""
+    base = SimConfig(requests=300, **kw)
+    _same_run(simulate(base), simulate(base.replace(max_num_batched_tokens=8192)))
+
+
+def test_two_decode_instances_choose_at_hand_off() -> None:
+    """With two decode instances the scheduled engine picks the decode instance when prefill ends
+    and reserves before the transfer, so the run differs (a property of the reference)."""
+    base = SimConfig(requests=300, prefill=2, decode=2, rate=12.0)
+    a, b = simulate(base).summary, simulate(base.replace(max_num_batched_tokens=8192)).summary
+    assert a["tpot_p99"] != b["tpot_p99"] and a["ttft_p99"] == b["ttft_p99"]
+
+
+# ------------------------------------------------------------------ invariants
+
+
+@pytest.mark.parametrize("kw", [
+    dict(mode="colocated", kv_policy="paged", kv_block_size=8, batch_policy="chunked", max_num_batched_tokens=256),
+    dict(kv_policy="paged", preemption="swap", decode=2, prefill=2),
+    dict(mode="colocated", kv_policy="paged", prefix_caching=True, turns=3, think=0.5, system_prompts=2,
+         system_len=300, instances=2),
+    dict(kv_policy="pow2", batch_policy="decode-priority", prefix_caching=True, turns=2, system_prompts=3,
+         system_len=200, prefix_share=0.5),
+])
+def test_conservation_and_memory_bounds(kw: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every request finishes or is rejected once; no instance ever allocates beyond capacity;
+    at the end only cached segments hold memory."""
+    memories: list[KvMemory] = []
+    original = KvMemory.room
+
+    def room(self: KvMemory, n: int) -> bool:
+        assert 0 <= self.used <= self.cap
+        if self not in memories:
+            memories.append(self)
+        return original(self, n)
+
+    monkeypatch.setattr(KvMemory, "room", room)
+    c = SimConfig(model="opt-13b", device="a100-40g", prompt=161, prompt_cv=1.0, output=338, output_cv=1.0,
+                  rate=10.0, requests=250, **kw)
+    r = simulate(c)
+    s, req = r.summary, r.requests()
+    assert s["completed"] + s["rejected"] == c.requests
+    done = ~req["rejected"]
+    assert np.all(np.isfinite(req["finish"][done])) and np.all(np.isnan(req["finish"][~done]))
+    assert np.all(req["first_token"][done] >= req["prefill_start"][done])
+    assert np.all(req["finish"][done] >= req["first_token"][done])
+    for m in memories:
+        cached = sum(node.units for node in m.cache.nodes.values()) if m.cache else 0
+        assert m.used == cached
+
+
+def test_sessions_release_later_turns_after_the_previous_finishes() -> None:
+    c = SimConfig(mode="colocated", turns=3, think=1.0, system_prompts=2, system_len=256, rate=1.0, requests=60)
+    w = load_workload(c)
+    r = simulate(c).requests()
+    pred = w.sessions.predecessor
+    later = np.nonzero(pred >= 0)[0]
+    assert len(later) > 0
+    assert np.all(r["arrival"][later] >= r["finish"][pred[later]])
+    assert np.all(w.prompt[later] > w.prompt[pred[later]])  # the history grows
+
+
+def test_single_turn_sessions_draw_the_poisson_requests() -> None:
+    """One turn and no system prompt: the session generator draws what the Poisson one does."""
+    p, o = LengthDist(300, 0.7), LengthDist(120, 0.4)
+    a = generate_sessions(200, 3.0, p, o, SessionShape(), seed=4)
+    b = generate(200, 3.0, p, o, seed=4)
+    assert np.array_equal(a.arrival, b.arrival) and np.array_equal(a.prompt, b.prompt)
+    assert np.array_equal(a.output, b.output) and not a.sessions.closed_loop
+
+
+def test_prefix_share_draws_one_uniform_per_session() -> None:
+    """``--prefix-share`` below 1 spends a draw per session: the lengths shift against share 1."""
+    p, o = LengthDist(300, 0.7), LengthDist(120, 0.4)
+    full = generate_sessions(60, 1.0, p, o, SessionShape(2, 1.0, 3, 100, 1.0), seed=2)
+    half = generate_sessions(60, 1.0, p, o, SessionShape(2, 1.0, 3, 100, 0.5), seed=2)
+    assert all(c and c[0][0].startswith("sys") for c in full.sessions.chain)
+    assert any(not c or not c[0][0].startswith("sys") for c in half.sessions.chain)
+    assert not np.array_equal(full.prompt, half.prompt)
+
+
+# ------------------------------------------------------------------ refusals
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--kv-block-size", "32"], "--kv-block-size applies only to --kv-policy paged"),
+    (["--kv-policy", "paged", "--host-link", "pcie4"], "--host-link applies only"),
+    (["--preemption", "swap"], "--preemption applies only"),
+    (["--max-seq-len", "4096"], "--max-seq-len applies only"),
+    (["--prefix-share", "0.5"], "--prefix-share applies only"),
+    (["--think", "2"], "--think applies only"),
+    (["--kv-policy", "paged", "--preemption", "swap", "--prefix-caching"], "not modelled"),
+    (["--workload", "chat", "--turns", "4"], "--turns is set by --workload chat"),
+    (["--batch-policy", "chunked", "--send", "layerwise"], "reference hand-off"),
+    (["--kv-policy", "paged", "--cost-model", "calibrated"], "reference roofline"),
+    (["--sweep-rate", "1", "2", "--rate", "3"], "--sweep-rate sets the rates"),
+    (["--compare", "--mode", "disagg"], "--compare runs both modes"),
+    (["--batch-policy", "fcfs"], "fcfs"),
+])
+def test_ignored_or_impossible_flags_are_refused(args: list[str], needle: str) -> None:
+    p = subprocess.run([sys.executable, "-m", "kvcargo", "simulate", "--requests", "10", *args],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2
+    assert needle in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == (4 if "fcfs" in args else 1)  # click's usage block for a bad choice
+
+
+def test_trace_block_ids_share_prefixes() -> None:
+    """A Mooncake trace's block ids become prefix chains: shared leading blocks are hits."""
+    trace = Path(__file__).resolve().parent / "data" / "traces" / "mooncake_conversation.jsonl"
+    c = SimConfig(workload_file=str(trace), limit=300, prefix_caching=True, prefill=2, decode=2)
+    s = simulate(c).summary
+    assert s["prefix_prompt_tokens"] == int(load_workload(c).prompt.sum())
+    assert 0 < s["prefix_hit_tokens"] < s["prefix_prompt_tokens"]
+    assert s["computed_prefill_tokens"] == s["prefix_prompt_tokens"] - s["prefix_hit_tokens"]
+
+
+@st.composite
+def lever_configs(draw: st.DrawFn) -> SimConfig:
+    """Any accepted mix of the levers on a memory-tight model (preemptions happen)."""
+    kv = draw(st.sampled_from(["oracle", "pow2", "max", "paged"]))
+    kw: dict = {"kv_policy": kv, "batch_policy": draw(st.sampled_from(["prefill-priority", "decode-priority",
+                                                                        "chunked"]))}
+    if draw(st.booleans()):
+        kw["max_num_batched_tokens"] = draw(st.sampled_from([64, 512, 8192]))
+    if kv == "paged":
+        kw["kv_block_size"] = draw(st.sampled_from([1, 8, 32]))
+        kw["preemption"] = draw(st.sampled_from(["recompute", "swap"]))
+    if kv == "max":
+        kw["max_seq_len"] = draw(st.sampled_from([256, 4096]))
+    caching = draw(st.booleans()) and kw.get("preemption") != "swap"
+    if draw(st.booleans()):
+        kw |= {"turns": draw(st.integers(2, 4)), "think": draw(st.sampled_from([0.0, 0.5])),
+               "system_prompts": 2, "system_len": draw(st.sampled_from([64, 700]))}
+    mode = draw(st.sampled_from(["colocated", "disagg"]))
+    if mode == "disagg":
+        kw |= {"prefill": draw(st.integers(1, 2)), "decode": draw(st.integers(1, 2))}
+    return SimConfig(mode=mode, model="opt-13b", device="a100-40g", prompt=161, prompt_cv=1.0, output=200,
+                     output_cv=1.0, rate=draw(st.sampled_from([4.0, 12.0])), requests=60, prefix_caching=caching,
+                     seed=draw(st.integers(1, 5)), **kw)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lever_configs())
+def test_any_lever_mix_settles_every_request_once_and_repeats_exactly(c: SimConfig) -> None:
+    a, b = simulate(c), simulate(c)
+    ra, rb = a.requests(), b.requests()
+    for k in ra:
+        np.testing.assert_array_equal(ra[k], rb[k], err_msg=k)
+    s = a.summary
+    assert s["completed"] + s["rejected"] == c.requests
+    done = ~ra["rejected"]
+    assert np.all(ra["finish"][done] >= ra["first_token"][done]) and np.all(np.isnan(ra["finish"][~done]))
+    if a.output.itl_offsets is not None:  # the scheduled engine (else the reference's, tested elsewhere)
+        itl_total = int(a.output.itl_offsets[-1])
+        assert itl_total == int((ra["output_len"][done] - 1).sum())  # one gap per token after the first
+    if c.kv_policy == "paged":
+        assert s["preemptions"] >= 0 and s["recompute_tokens"] <= s["computed_prefill_tokens"]
+
+
+# ------------------------------------------------------------------ the second model
+
+
+@pytest.mark.parametrize("kw", [
+    dict(batch_policy="chunked", max_num_batched_tokens=256, kv_policy="paged", kv_block_size=8),
+    dict(batch_policy="decode-priority", kv_policy="max", max_seq_len=1024),
+    dict(batch_policy="chunked", kv_policy="pow2", max_num_batched_tokens=2048, instances=2),
+    dict(kv_policy="paged", preemption="swap", kv_block_size=32, host_link="eth-100g"),
+    dict(batch_policy="chunked", kv_policy="paged", preemption="swap", max_num_batched_tokens=512, instances=3),
+    dict(batch_policy="decode-priority", kv_policy="paged", kv_block_size=1),
+    dict(mode="disagg", prefill=2, decode=2, kv_policy="paged"),
+    dict(mode="disagg", prefill=1, decode=2, kv_policy="paged", preemption="swap", batch_policy="chunked",
+         max_num_batched_tokens=384, link="eth-25g"),
+    dict(mode="disagg", prefill=2, decode=1, kv_policy="pow2", batch_policy="decode-priority", link_channels=2),
+    dict(mode="disagg", prefill=3, decode=2, max_num_batched_tokens=8192, decode_device="a100"),
+    dict(prefix_caching=True, turns=3, think=0.5, system_prompts=3, system_len=400, kv_policy="paged",
+         batch_policy="chunked", max_num_batched_tokens=512),
+    dict(prefix_caching=True, turns=4, system_prompts=2, system_len=900, instances=2),
+    dict(mode="disagg", prefill=2, decode=2, prefix_caching=True, turns=3, think=1.0, system_prompts=2,
+         system_len=600, prefix_share=0.6, kv_policy="pow2"),
+    dict(mode="disagg", prefix_caching=True, turns=2, system_prompts=4, system_len=300, kv_policy="paged",
+         batch_policy="chunked", max_num_batched_tokens=256),
+    dict(prefix_caching=True, turns=3, system_prompts=8, system_len=1500, kv_policy="paged"),  # evicts a lot
+    dict(mode="disagg", prefix_caching=True, turns=3, think=0.2, system_prompts=6, system_len=1800),
+])
+def test_engine_equals_the_serving_oracle(kw: dict) -> None:
+    """kvcargo's scheduled engine and the test suite's second SimPy model of §1–§6 agree on every
+    timestamp, every token gap and the preemption and prefix-cache totals (also where no published
+    check reaches: several prefill and decode instances, recompute on a decode pool, eviction)."""
+    from kvcargo import catalog
+    from kvcargo.config import resolve
+    from kvcargo.cost import shape
+    from kvcargo.handoff import transfers
+
+    try:
+        from oracle.serving_oracle import run_serving_oracle
+    except ImportError:  # pragma: no cover
+        from tests.oracle.serving_oracle import run_serving_oracle  # type: ignore[no-redef]
+
+    kw = {"mode": "colocated", **kw}
+    c = SimConfig(model="opt-13b", device="a100-40g", prompt=161, prompt_cv=1.0, output=338, output_cv=1.0,
+                  rate=9.0, requests=150, seed=3, **kw)
+    res = resolve(c)
+    w = res.workload
+    xfer = transfers(res.link, None, shape(res.model).handoff_bytes(w.prompt), res.model.kv_bytes)
+    o = run_serving_oracle(w, model=res.model, pool=res.decode_pool, instances=res.n_decode,
+                           policy=c.batch_policy, kv_policy=c.kv_policy,
+                           budget=c.max_num_batched_tokens or c.token_budget, block=c.kv_block_size or 16,
+                           max_seq_len=c.max_seq_len or 2048, swap=c.preemption == "swap",
+                           host=catalog.load().link(c.host_link or "pcie5"), prefill_pool=res.prefill_pool,
+                           n_prefill=res.n_prefill, channels=res.channels, xfer_time=xfer.duration,
+                           prefix_caching=c.prefix_caching)
+    r = simulate(c)
+    got = r.requests()
+    for ours, theirs in (("arrival", "arr"), ("prefill_start", "ps"), ("first_token", "ft"), ("kv_start", "ks"), ("kv_ready", "kr"),
+                         ("decode_start", "ds"), ("finish", "fin")):
+        np.testing.assert_array_equal(got[ours], [q[theirs] for q in o["reqs"]], err_msg=ours)
+    out = r.output
+    for i, q in enumerate(o["reqs"]):
+        assert out.itl_values[out.itl_offsets[i]:out.itl_offsets[i + 1]].tolist() == q["itl"]
+    s = r.summary
+    assert s["computed_prefill_tokens"] == o["computed"] and s["horizon_s"] == o["horizon"]
+    if c.kv_policy == "paged":
+        assert (s["preemptions"], s["recompute_tokens"]) == (o["preemptions"], o["recompute"])
+        assert o["preemptions"] > 0
+    if c.preemption == "swap":
+        assert s["swap_seconds"] == o["swap_s"]
+    if c.prefix_caching:
+        assert (s["prefix_prompt_tokens"], s["prefix_hit_tokens"]) == (o["prompt"], o["hits"]) and o["hits"] > 0
+        assert (s["prefix_evicted_tokens"], s["prefix_cached_tokens_end"]) == (o["evicted"], o["cached"])
