@@ -233,6 +233,8 @@ class SimConfig(BaseModel):
                              "they need --cost-model roofline")
         if self.kv_format != "bf16" and self.kv_compress is not None:
             raise ValueError("KV hand-off compression assumes a BF16 KV cache: drop --kv-format or --kv-compress")
+        return self
+
     cost_model: Literal["roofline", "calibrated"] = "roofline"
     """Step costs from the reference roofline, or from measured kernels plus fitted framework
     constants (tensor parallel over each instance's devices; see docs/accuracy.md)."""
