@@ -209,7 +209,7 @@ def test_ignored_or_impossible_flags_are_refused(args: list[str], needle: str) -
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 2
     assert needle in p.stderr and "Traceback" not in p.stderr
-    assert len(p.stderr.strip().splitlines()) == (4 if "fcfs" in args else 1)  # click's usage block for a bad choice
+    assert len(p.stderr.strip().splitlines()) == 1
 
 
 def test_trace_block_ids_share_prefixes() -> None:

@@ -138,3 +138,17 @@ def check_workload(model_key: str, mi: np.ndarray, workload: Workload, token_bud
         raise KvcargoError(f"the last request arrives at {last:.3g} s, beyond {MAX_CLOCK_S:g} s (about 32 years), "
                            "where float64 seconds no longer resolve step times: raise --rate (or lower "
                            "--time-scale), or run fewer requests")
+
+
+def check_step(model_key: str, mi: np.ndarray, phase: str, batch: int, length: int) -> None:
+    """Refuse one step (``kvcargo step``) whose FLOP count would overflow a 64-bit integer:
+    ``batch`` prompts of ``length`` tokens, or ``batch`` sequences of ``length`` tokens of context."""
+    from kvcargo.cost import MI_FOUR_LD, MI_TWO_PMM
+
+    if phase == "prefill":
+        limit = max_step_tokens(mi)
+        if batch * length > limit:
+            raise step_token_error(model_key, f"--batch × --prompt ({batch:,} × {length:,})", batch * length, limit)
+    elif int(mi[MI_TWO_PMM]) * batch + int(mi[MI_FOUR_LD]) * (batch * length + batch) > INT64_MAX:
+        raise KvcargoError(f"a decode step of --batch {batch:,} × --context {length:,} tokens is beyond what "
+                           f"{model_key} can count: its FLOP count would overflow a 64-bit integer")

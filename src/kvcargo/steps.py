@@ -32,6 +32,7 @@ from kvcargo.cost import (
     require_fit,
 )
 from kvcargo.errors import KvcargoError
+from kvcargo.limits import check_ranges, check_step
 
 Phase = Literal["prefill", "decode"]
 
@@ -46,8 +47,10 @@ def step(model: str, device: str, devices: int, phase: Phase, batch: int, length
     for name, v in (("batch", batch), ("prompt" if phase == "prefill" else "context", length)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise KvcargoError(f"--{name} must be a whole number >= 1, got {v!r}")
+    check_ranges({"devices_per_instance": devices})
     cat = catalog_mod.load(catalog)
     m = cat.model(model)
+    check_step(m.key, model_coefficients(m)[0], phase, batch, length)
     pool = Pool(cat.device(device), devices)
     require_fit(m, pool, phase)
     out: dict[str, Any] = {"model": m.key, "device": pool.device.key, "devices_per_instance": devices,

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except click.ClickException as exc:  # one line, as for every other bad input
         command = exc.ctx.command_path if isinstance(exc, click.UsageError) and exc.ctx else "kvcargo"
-        click.echo(f"{command}: error: {exc.format_message()}", err=True)
+        click.echo(f"{command}: error: {' '.join(exc.format_message().split())}", err=True)
         sys.exit(2 if exc.exit_code in (1, 2) else exc.exit_code)
     except KvcargoError as exc:
         click.echo(f"kvcargo: error: {exc}", err=True)

@@ -14,11 +14,14 @@ from kvcargo.report.text import seconds, table
 @click.option("--model", default="llama3-8b", show_default=True, help="model key (kvcargo catalog models)")
 @click.option("--device", default="h100", show_default=True, help="device key (kvcargo catalog devices)")
 @click.option("--devices-per-instance", type=int, default=1, show_default=True,
-              help="devices of the instance (tensor parallel over all of them under --cost-model calibrated)")
+              help="devices of the instance (tensor parallel over all of them under --cost-model calibrated) "
+                   "[range: 1 to 1,024]")
 @click.option("--phase", type=click.Choice(["prefill", "decode"]), required=True, help="which step")
-@click.option("--batch", type=int, default=1, show_default=True, help="prompts (prefill) or sequences (decode)")
-@click.option("--prompt", type=int, default=None, help="prefill: tokens of each prompt")
-@click.option("--context", type=int, default=None, help="decode: tokens of context of each sequence")
+@click.option("--batch", type=int, default=1, show_default=True, help="prompts (prefill) or sequences (decode) [range: ≥ 1]")
+@click.option("--prompt", type=int, default=None, help="prefill: tokens of each prompt [range: ≥ 1; batch × prompt at most the model's limit, "
+                   "where the step's FLOP count still fits a 64-bit integer]")
+@click.option("--context", type=int, default=None, help="decode: tokens of context of each sequence [range: ≥ 1, the step's FLOP count a 64-bit "
+                   "integer]")
 @field_options("cost_model", "lm_head", "catalog")
 @click.option("--json", "as_json", is_flag=True, help="print JSON (seconds, joules, FLOPs, bytes, watts)")
 def command(model: str, device: str, devices_per_instance: int, phase: str, batch: int, prompt: int | None,

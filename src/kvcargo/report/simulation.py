@@ -6,8 +6,8 @@ from typing import Any
 
 from kvcargo.config import DEFAULT_RATE
 from kvcargo.metrics import STAGES
-from kvcargo.report.serving import scheduler_lines
 from kvcargo.report.levers import lever_config, lever_lines
+from kvcargo.report.serving import scheduler_lines
 from kvcargo.report.text import bytes_, count, ms, pct, seconds, table
 
 

@@ -106,18 +106,20 @@ class SimPool:
             return w
         if w is not None:
             self._forget(w)
-        self._add_spare()  # first, so that the oldest spare is taken and one always waits
         try:
             spare = self._ready.get_nowait()
-        except queue_mod.Empty:  # no spare kept (spares=0): start one for this thread
+        except queue_mod.Empty:  # none kept yet (or spares=0): start one for this thread
             spare = self._starter.submit(self._start)
         w = spare.result()
         self._local.worker = w
+        # Only now: on a cold engine cache every new process compiles the engine, and the
+        # spare should find it compiled rather than compete with this worker for the CPU.
+        self._add_spare()
         return w
 
     def _add_spare(self) -> None:
         with self._lock:
-            if not self._closed and self.spares:
+            if not self._closed and self._ready.qsize() < self.spares:
                 self._ready.put(self._starter.submit(self._start))
 
     def _start(self) -> _Worker:
@@ -191,9 +193,7 @@ class SimPool:
                 self._pending -= 1
 
     def warm(self) -> None:
-        """Start every worker and the spares in the background (returns at once)."""
-        for _ in range(self.spares):
-            self._add_spare()
+        """Start every worker in the background (returns at once); the spares follow them."""
         for _ in range(self.workers):
             self._executor.submit(self._call, None)
 
