@@ -39,7 +39,7 @@ LINKS = ["ib-ndr", "nvlink4", "pcie5", "pcie4", "eth-100g", "eth-25g", "cpo-opti
 CAPS = [250.0, 300.0, 350.0, 450.0, 550.0, 650.0, 900.0]
 """Per-device caps: every one is above every preset's static power."""
 LEVER_KEYS = {"prefix_saved_bytes", "prefix_hit_rate", "energy_scale_up_j", "share_scale_up", "clipped_prompts",
-              "clipped_outputs", "kv_cap_prefill", "kv_cap_decode", "kv_cap_colocated", "link_gbytes_per_s"}
+              "clipped_outputs", "kv_cap_prefill", "kv_cap_decode", "kv_cap_colocated", "link_gbytes_per_s", "silicon_mm2"}
 """Summary keys of options beyond the reference (their default values are not spec figures)."""
 
 

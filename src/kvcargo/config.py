@@ -455,8 +455,8 @@ def resolve(config: SimConfig, workload: Workload | None = None) -> Resolved:
             c.decode_devices_per_instance or c.devices_per_instance,
             _cap(c.power_cap, c.decode_power_cap), c.dvfs, c.compute_format,
         )
-        require_fit(model, prefill_pool, "prefill", prefill_resident_bytes(model))
         levers = resolve_levers(c, cat, model, {"prefill": prefill_pool, "decode": decode_pool})
+        require_fit(model, prefill_pool, "prefill", prefill_resident_bytes(model))
     kvcap = levers.decode.kv_capacity
     link = cat.link(c.link)
     compression = None
