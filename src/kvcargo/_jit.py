@@ -23,6 +23,7 @@ import sys
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,19 +39,27 @@ defined in several (the engine, the cost models, statistics), inline helpers fro
 their constants (numba freezes them in)."""
 
 
+@cache
+def source_digest() -> str:
+    """A hash of :data:`COMPILED_SOURCES`, read once per process (the numba cache folder and the
+    ahead-of-time engine's key both name their compiled code after it)."""
+    package = Path(__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(p for pattern in COMPILED_SOURCES for p in package.glob(pattern)):
+        digest.update(path.relative_to(package).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def _cache_dir(base: str | None) -> str:
-    """A numba cache directory named after a hash of :data:`COMPILED_SOURCES`.
+    """A numba cache directory named after :func:`source_digest`.
 
     numba checks a cached kernel against its own source file only; a kernel that inlines a
     helper from another module (the engine inlines the cost model's roofline) or reads its
     constants would keep stale machine code after that module changed.
     """
     package = Path(__file__).parent
-    digest = hashlib.sha256()
-    for path in sorted(p for pattern in COMPILED_SOURCES for p in package.glob(pattern)):
-        digest.update(path.relative_to(package).as_posix().encode())
-        digest.update(path.read_bytes())
-    return str(Path(base or package / "__pycache__" / "numba") / digest.hexdigest()[:16])
+    return str(Path(base or package / "__pycache__" / "numba") / source_digest()[:16])
 
 
 COMPILE_COST_S = 1.0

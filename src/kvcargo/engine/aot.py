@@ -146,10 +146,7 @@ def cache_dir() -> Path:
 def _key() -> str:
     """kvcargo's sources (any module may hold a kernel), numba's version, Python's and the
     machine's."""
-    h = hashlib.sha256()
-    root = Path(__file__).resolve().parents[1]
-    for path in sorted(root.rglob("*.py")):
-        h.update(str(path.relative_to(root)).encode() + path.read_bytes())
+    h = hashlib.sha256(_jit.source_digest().encode())
     spec = importlib.util.find_spec("numba")
     if spec is not None and spec.origin:
         h.update((Path(spec.origin).parent / "_version.py").read_bytes())
