@@ -42,17 +42,19 @@ def _one_request(prompt: int, output: int) -> Workload:
 
 
 def test_engine_lookup_matches_direct_kernel_sum() -> None:
-    """The tabulated lookup the engine uses stays within 1% of summing the measured kernels."""
+    """The tabulated lookup the engine uses stays within 1.5% of summing the measured kernels (8 grid
+    points per doubling; the all-reduce curve bends between 4 and 16 MiB)."""
     cat = catalog.builtin()
     model, pool = cat.model("llama2-70b"), Pool(cat.device("h100"), 4)
     cp = calibrated_pool(model, pool)
     fw = framework("h100", 4)
     for batch, prompt in ((1, 100), (3, 777), (8, 2048), (1, 30000)):
         b = np.array([float(batch)])
-        direct = (cp.layer_tokens_s(b * prompt) + cp.logits_s(b * prompt)
-                  + cp.context_s(b, np.array([float(prompt)])))[0] * fw.prefill_scale + fw.prefill_overhead_s
+        kernels = (cp.layer_tokens_s(b * prompt) + cp.logits_s(b * prompt)
+                   + cp.context_s(b, np.array([float(prompt)])))[0]
+        direct = fw.prefill_s(kernels, model.layers)
         got = step("llama2-70b", "h100", 4, "prefill", batch, prompt, "calibrated")["time_s"]
-        assert got == pytest.approx(direct, rel=0.01)
+        assert got == pytest.approx(direct, rel=0.015)
     for batch, ctx in ((1, 10), (16, 2048), (200, 900)):
         b = np.array([float(batch)])
         direct = (cp.layer_tokens_s(b) + cp.logits_s(b) + cp.generation_s(b, np.array([ctx + 1.0])))[0]
@@ -125,14 +127,14 @@ def test_power_is_consistent_with_the_calibrated_rate() -> None:
     capped, it is stretched to energy / budget and its dynamic power is the budget."""
     free = step("llama3-8b", "h100", 1, "prefill", 4, 2048, "calibrated")
     pool = Pool(catalog.builtin().device("h100"))
-    assert free["energy_j"] / (free["time_s"] - free["parts_s"]["framework_overhead"]) < pool.dynamic_budget_w
+    assert free["time_s"] > free["parts_s"]["framework_floor"]  # GPU-bound, not at the host floor
+    assert free["energy_j"] / free["time_s"] < pool.dynamic_budget_w
     tables = load("h100")
     assert pj_scale(pool, tables) == pytest.approx(0.55 / (tables.peak_gemm_rate / 989e12))
     capped = SimConfig(cost_model="calibrated", power_cap=250, requests=1)
     r = simulate(capped, workload=_one_request(8192, 1))
     e = r.output.stats[0, 3] + r.output.stats[0, 4]
-    overhead = framework("h100", 1).prefill_overhead_s
-    assert r.requests()["first_token"][0] - overhead == pytest.approx(e / (250 - 100))
+    assert r.requests()["first_token"][0] == pytest.approx(e / (250 - 100))
 
 
 # ---------------------------------------------------------------------------- the link
@@ -180,10 +182,17 @@ def test_measured_whole_transfer_is_one_message() -> None:
 
 
 @needs_data
-def test_splitwise_fit_meets_the_targets_in_sample() -> None:
-    rows = [r for r in validate_run(["calibrated"]) if "in-sample" in r.what]
-    assert len(rows) == 12
-    assert all(r.status == "ok" for r in rows)
+def test_splitwise_meets_the_targets_in_and_out_of_sample() -> None:
+    """Per phase and TP degree: in-sample, leave one configuration out, larger steps held out;
+    and BLOOM-176B's prompt times with constants fitted to Llama-2-70B alone."""
+    rows = [r for r in validate_run(["calibrated"]) if "Llama-2-70B" in r.what or "BLOOM" in r.what]
+    by = {(what, tp) for r in rows for what in ("in-sample", "configuration out", "larger steps")
+          for tp in (2, 4, 8) if what in r.what and f"TP{tp}," in r.what}
+    assert len(by) == 9
+    held = [r for r in rows if "in-sample" in r.what or "configuration out" in r.what or "larger steps" in r.what
+            or ("BLOOM" in r.what and "prompt" in r.what)]
+    assert len(held) == 3 * 2 * 3 + 1
+    assert all(r.status == "ok" for r in held), [r.what for r in held if r.status != "ok"]
 
 
 @needs_data
@@ -202,20 +211,22 @@ def test_calibrate_overlay_reproduces_the_builtin_constants(tmp_path: Path) -> N
     assert len([r for r in rows if r.model == "llama2-70b"]) == 2 * 60  # 6 (device, TP) × 10 shapes × 2 phases
 
 
-def test_calibrate_from_per_request_times_recovers_the_overheads(tmp_path: Path) -> None:
-    """TTFT/TPOT made from the model with known overheads: the fit finds them again."""
+def test_calibrate_from_per_request_times_recovers_the_constants(tmp_path: Path) -> None:
+    """TTFT/TPOT made from the model with known constants (two prompts at the host floor of
+    32 × 0.5 ms, two GPU-bound): the fit finds them again."""
     lines = ["model,device,tp,prompt,output,ttft_s,tpot_s,batch"]
     for p, o, b in ((256, 64, 1), (1024, 128, 4), (3000, 200, 16), (600, 33, 8)):
         pre = step("llama3-8b", "h100", 2, "prefill", 1, p, "calibrated", "last")["parts_s"]  # as the fit
         k_pre = pre["layers"] + pre["attention"] + pre["logits"]
         dec = step("llama3-8b", "h100", 2, "decode", b, int(p + o / 2), "calibrated")["parts_s"]
         k_dec = dec["layers"] + dec["attention"] + dec["logits"]
-        lines.append(f"llama3-8b,h100,2,{p},{o},{1.3 * k_pre + 0.004!r},{k_dec + 0.002!r},{b}")
+        lines.append(f"llama3-8b,h100,2,{p},{o},{max(32 * 0.0005, 1.3 * k_pre)!r},{k_dec + 0.002!r},{b}")
     path = tmp_path / "bench.csv"
     path.write_text("\n".join(lines) + "\n")
     text, reports = calibrate(steps=str(path))
     f = parse_constants({"h100": catalog.load([str(_write(tmp_path, text))]).device("h100").framework})[("h100", 2)]
-    assert f.prefill_scale == pytest.approx(1.3, rel=1e-3) and f.prefill_overhead_s == pytest.approx(0.004, rel=1e-2)
+    assert f.prefill_scale == pytest.approx(1.3, rel=2e-3)
+    assert f.prefill_host_s_per_layer == pytest.approx(0.0005, rel=1e-2)
     assert f.decode_overhead_s == pytest.approx(0.002, rel=1e-2)
     assert all(r.median < 0.01 for r in reports)
 

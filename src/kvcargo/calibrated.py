@@ -5,8 +5,10 @@ A step of a dense transformer on ``t`` tensor-parallel devices costs, per layer,
 values, the elementwise kernels (norms, RoPE, residuals, SiLU·mul: bytes at the measured
 bandwidth, never below the shortest measured kernel) and the attention kernel (context attention
 over the prompts in prefill, generation attention over the cached tokens in decode); then the
-logits GEMM and one per-step framework overhead per (device, TP), fitted to end-to-end data
-(:mod:`kvcargo.calibration_fit`). Kernel latencies come from :mod:`kvcargo.kernel_tables`.
+logits GEMM. A serving framework adds its own cost, fitted to end-to-end data per device
+(:mod:`kvcargo.calibration_fit`): its kernels' slowdown against the measured ones, a host-side
+floor under every prefill step (the host launches a step layer by layer while the GPU runs it),
+and a per-step decode overhead per TP degree. Kernel latencies come from :mod:`kvcargo.kernel_tables`.
 
 For the engine the model is tabulated once per run and pool (:func:`tabulate`): log-seconds on a
 log-spaced grid of tokens (1-D tables) or of (batch, tokens per sequence) (attention), which
@@ -40,9 +42,10 @@ OCTAVES = 22
 N_GRID = PER_OCTAVE * OCTAVES + 1
 T_TOKENS, T_LOGITS, T_CONTEXT, T_GENERATION = range(4)
 """The tabulated parts: per-token layer work, the logits GEMM, context and generation attention."""
-# Scalars of a calibrated pool (``Params.cs``): the fitted framework constants, the FLOP-energy
-# scale, whether the LM head runs on the last prompt token only.
-CS_PREFILL_SCALE, CS_PREFILL_OVERHEAD, CS_DECODE_SCALE, CS_DECODE_OVERHEAD, CS_PJ_SCALE, CS_LM_LAST = range(6)
+# Scalars of a calibrated pool (``Params.cs``): the fitted framework constants (the prefill floor
+# in seconds: layers × host time per layer), the FLOP-energy scale, whether the LM head runs on
+# the last prompt token only.
+CS_PREFILL_SCALE, CS_PREFILL_FLOOR, CS_DECODE_SCALE, CS_DECODE_OVERHEAD, CS_PJ_SCALE, CS_LM_LAST = range(6)
 ELEMENTWISE_KERNELS = 6
 """Elementwise kernels per layer: two RMSNorms, RoPE, two residual adds, SiLU·mul."""
 MEASURED_BW_FRACTION = 0.8
@@ -173,7 +176,7 @@ def tabulate(model: Model, pool: Pool, lm_head: LmHead = "all") -> tuple[np.ndar
     fw = framework_of(pool)
     cs = np.zeros(6)
     cs[CS_PREFILL_SCALE] = fw.prefill_scale
-    cs[CS_PREFILL_OVERHEAD] = fw.prefill_overhead_s
+    cs[CS_PREFILL_FLOOR] = model.layers * fw.prefill_host_s_per_layer
     cs[CS_DECODE_SCALE] = fw.decode_scale
     cs[CS_DECODE_OVERHEAD] = fw.decode_overhead_s
     cs[CS_PJ_SCALE] = pj_scale(pool, cp.tables)
@@ -204,7 +207,7 @@ def table_at(ct: np.ndarray, table: int, x: float, y: float) -> float:
 def calibrated_step(ct: np.ndarray, cs: np.ndarray, hf: np.ndarray, prefill: bool, tokens: float,
                     seqs: float, quad: float, context: float, flops: float,
                     nbytes: float) -> tuple[float, float, float]:
-    """Time (overhead included), compute and memory energy of one step under the calibrated model.
+    """Time (framework included), compute and memory energy of one step under the calibrated model.
 
     Prefill: ``tokens`` over ``seqs`` prompts with Σ s(s+1) = ``quad`` (attention is charged as
     ``seqs`` prompts of the length with that mean). Decode: ``seqs`` sequences (= tokens) whose
@@ -214,9 +217,10 @@ def calibrated_step(ct: np.ndarray, cs: np.ndarray, hf: np.ndarray, prefill: boo
         q = quad / seqs
         s = (math.sqrt(1.0 + 4.0 * q) - 1.0) / 2.0
         m_logits = seqs if cs[CS_LM_LAST] != 0.0 else tokens
-        t = cs[CS_PREFILL_SCALE] * (table_at(ct, T_TOKENS, tokens, 1.0) + table_at(ct, T_LOGITS, m_logits, 1.0)
-                                    + table_at(ct, T_CONTEXT, seqs, s))
-        overhead = cs[CS_PREFILL_OVERHEAD]
+        t = max(cs[CS_PREFILL_FLOOR],
+                cs[CS_PREFILL_SCALE] * (table_at(ct, T_TOKENS, tokens, 1.0) + table_at(ct, T_LOGITS, m_logits, 1.0)
+                                        + table_at(ct, T_CONTEXT, seqs, s)))
+        overhead = 0.0
     else:
         t = cs[CS_DECODE_SCALE] * (table_at(ct, T_TOKENS, tokens, 1.0) + table_at(ct, T_LOGITS, tokens, 1.0)
                                    + table_at(ct, T_GENERATION, seqs, context / seqs + 1.0))

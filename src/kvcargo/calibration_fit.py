@@ -1,11 +1,21 @@
 """Fitting the calibrated model's free constants to end-to-end step measurements.
 
 The kernel tables fix what the GPU does; a serving framework adds what it does around them. Per
-(device, tensor-parallel degree) and phase the calibrated step time is
-``scale · Σ kernels + overhead`` (:mod:`kvcargo.calibrated`): ``overhead`` is the per-step
-framework cost (scheduling, launches, host-device synchronisation), ``scale`` how much slower the
-framework's kernels are than the measured ones (older kernels, no CUDA graphs). Both are fitted
-by least squares on the *relative* error, so short and long steps weigh alike.
+device and phase the calibrated step time is (:mod:`kvcargo.calibrated`)
+
+* prefill: ``max(layers · prefill_host_s_per_layer, prefill_scale · Σ kernels)`` — the GPU runs
+  the step's kernels ``prefill_scale`` times slower than the measured ones (older kernels, no
+  fusion), while the host prepares and launches the step layer by layer asynchronously; a short
+  prompt cannot finish before the host has launched it, a long one is GPU-bound. Splitwise's
+  prompt times show exactly that: flat at 48–58 ms (DGX-H100) and 64–67 ms (DGX-A100) for
+  prompts up to 256 tokens at every TP degree, then linear in the prompt tokens;
+* decode: ``decode_scale · Σ kernels + decode_overhead_s`` per TP degree — the per-step framework
+  cost (scheduling, sampling, host-device synchronisation on the new token) does not overlap the
+  step, and grows with the TP degree (one more process to synchronise).
+
+Both are fitted on the *relative* error, so short and long steps weigh alike: prefill by a grid
+search over the two constants of each device (shared by every TP degree), decode by least squares
+with the kernels at their own speed (scale 1) and one overhead per TP degree.
 
 The built-in constants (``data/calibration/framework.toml``) were fitted to Splitwise's end-to-end
 measurements of Llama-2-70B on DGX-H100 and DGX-A100 (Patel et al., ISCA'24; MIT), with
@@ -38,12 +48,19 @@ HARDWARE_KEYS = {"a100-80gb": "a100", "h100-80gb": "h100"}
 
 @dataclass(frozen=True)
 class Framework:
-    """Fitted constants of one (device, TP): ``time = scale · kernels + overhead`` per phase."""
+    """Fitted constants of one (device, TP) (see the module doc for the step-time formulas)."""
 
     prefill_scale: float = 1.0
-    prefill_overhead_s: float = 0.0
+    prefill_host_s_per_layer: float = 0.0
     decode_scale: float = 1.0
     decode_overhead_s: float = 0.0
+
+    def prefill_s(self, kernels: float, layers: int) -> float:
+        """A prefill step of ``kernels`` seconds of measured kernels on a model of ``layers`` layers."""
+        return max(layers * self.prefill_host_s_per_layer, self.prefill_scale * kernels)
+
+    def decode_s(self, kernels: float) -> float:
+        return self.decode_scale * kernels + self.decode_overhead_s
 
 
 @dataclass(frozen=True)
@@ -73,6 +90,10 @@ def parse_constants(doc: dict) -> dict[tuple[str, int], Framework]:
         for tp_key, fields in per_tp.items():
             if not tp_key.startswith("tp") or not tp_key[2:].isdigit():
                 raise KvcargoError(f"framework constants [{device}.{tp_key}]: expected a table named tpN")
+            known = set(Framework.__dataclass_fields__)
+            if set(fields) - known:
+                raise KvcargoError(f"framework constants [{device}.{tp_key}]: unknown "
+                                   f"{', '.join(sorted(set(fields) - known))}; valid: {', '.join(sorted(known))}")
             out[(device, int(tp_key[2:]))] = Framework(**fields)
     return out
 
@@ -181,6 +202,7 @@ def read_steps(path: str | Path) -> list[StepRow]:
     return rows
 
 
+@cache
 def kernel_time(row: StepRow, catalog_files: tuple[str, ...] = ()) -> float:
     """The calibrated model's kernel time for a measured step (no scale, no overhead; the LM head
     over the last prompt token, as serving frameworks compute it)."""
@@ -202,48 +224,64 @@ def kernel_time(row: StepRow, catalog_files: tuple[str, ...] = ()) -> float:
     return float(t[0])
 
 
-def fit_device(tps: np.ndarray, kernels: np.ndarray, measured: np.ndarray,
-               free_scale: bool) -> tuple[float, dict[int, float]]:
-    """One scale shared by every TP degree (or 1) and one overhead per degree, minimising
-    Σ((scale·k + overhead_tp)/y − 1)² with overheads ≥ 0 (a negative one is pinned at 0)."""
-    degrees = sorted(set(tps.tolist()))
-    free = list(degrees)
-    while True:
-        cols = ([kernels / measured] if free_scale else []) + [(tps == t) / measured for t in free]
-        target = np.ones_like(measured) - (0.0 if free_scale else kernels / measured)
-        sol = np.linalg.lstsq(np.stack(cols, axis=1), target, rcond=None)[0] if cols else np.zeros(0)
-        scale = float(sol[0]) if free_scale else 1.0
-        over = dict(zip(free, sol[1:] if free_scale else sol))
-        negative = [t for t, o in over.items() if o < 0]
-        if not negative:
-            return scale, {t: float(over.get(t, 0.0)) for t in degrees}
-        free.remove(negative[0])
+def fit_decode(tps: np.ndarray, kernels: np.ndarray, measured: np.ndarray) -> dict[int, float]:
+    """One overhead per TP degree minimising Σ((k + overhead_tp)/y − 1)², each ≥ 0."""
+    out = {}
+    for t in sorted(set(tps.tolist())):
+        sel = tps == t
+        w = 1.0 / measured[sel]
+        out[t] = max(0.0, float(np.sum(w * (1.0 - kernels[sel] * w)) / np.sum(w * w)))
+    return out
+
+
+def fit_prefill(kernels: np.ndarray, layers: np.ndarray, measured: np.ndarray) -> tuple[float, float]:
+    """``(scale, host seconds per layer)`` minimising Σ(max(layers·h, scale·k)/y − 1)²: a grid
+    search, then a finer grid around the best point (the objective is not smooth in h)."""
+    def search(scales: np.ndarray, hosts: np.ndarray) -> tuple[float, float]:
+        gpu = scales[:, None, None] * kernels[None, None, :]
+        host = hosts[None, :, None] * layers[None, None, :]
+        err = ((np.maximum(gpu, host) / measured - 1.0) ** 2).sum(axis=2)
+        i, j = np.unravel_index(np.argmin(err), err.shape)
+        return float(scales[i]), float(hosts[j])
+
+    h_max = float((measured / layers).max())
+    s, h = search(np.geomspace(0.25, 8.0, 241), np.linspace(0.0, h_max, 201))
+    return search(np.linspace(s * 0.985, s * 1.015, 61), np.linspace(max(0.0, h - h_max / 200), h + h_max / 200, 41))
 
 
 def fit(rows: list[StepRow], catalog_files: tuple[str, ...] = ()) -> dict[tuple[str, int], Framework]:
-    """Fitted constants per (device, TP) from measured steps: prefill ``scale`` per device and
-    overhead per TP; decode at the kernels' own speed (scale 1) plus an overhead per TP — decode
-    steps vary too little within a benchmark to pin a scale (a phase without rows keeps 1 and 0)."""
-    by: dict[tuple[str, str], list[tuple[int, float, float]]] = defaultdict(list)
+    """Fitted constants per (device, TP) from measured steps (module doc): prefill scale and host
+    time per device, shared by its TP degrees; decode overhead per TP degree (a phase without rows
+    keeps the neutral 1 and 0)."""
+    from kvcargo import catalog
+
+    cat = catalog.load(catalog_files)
+    by: dict[tuple[str, str], list[tuple[int, float, int, float]]] = defaultdict(list)
     for r in rows:
-        by[(r.device, r.phase)].append((r.tp, kernel_time(r, catalog_files), r.measured_s))
+        by[(r.device, r.phase)].append((r.tp, kernel_time(r, catalog_files), cat.model(r.model).layers, r.measured_s))
     fields: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
     for (dev, phase), pts in sorted(by.items()):
-        tps, k, y = (np.array(c) for c in zip(*pts))
-        scale, over = fit_device(tps.astype(np.int64), k, y, free_scale=phase == "prefill")
-        for tp, o in over.items():
-            fields[(dev, tp)].update({f"{phase}_scale": scale, f"{phase}_overhead_s": o})
+        tps, k, layers, y = (np.array(c) for c in zip(*pts))
+        if phase == "prefill":
+            scale, host = fit_prefill(k, layers.astype(np.float64), y)
+            for tp in set(tps.tolist()):
+                fields[(dev, tp)].update(prefill_scale=scale, prefill_host_s_per_layer=host)
+        else:
+            for tp, o in fit_decode(tps.astype(np.int64), k, y).items():
+                fields[(dev, tp)].update(decode_scale=1.0, decode_overhead_s=o)
     return {key: Framework(**f) for key, f in sorted(fields.items())}
 
 
 def predict(row: StepRow, table: dict[tuple[str, int], Framework] | None = None,
             catalog_files: tuple[str, ...] = ()) -> float:
     """The calibrated step time of a measured step under fitted constants."""
+    from kvcargo import catalog
+
     f = framework(row.device, row.tp, table)
     k = kernel_time(row, catalog_files)
     if row.phase == "prefill":
-        return f.prefill_scale * k + f.prefill_overhead_s
-    return f.decode_scale * k + f.decode_overhead_s
+        return f.prefill_s(k, catalog.load(catalog_files).model(row.model).layers)
+    return f.decode_s(k)
 
 
 def to_toml(table: dict[tuple[str, int], Framework]) -> str:

@@ -21,6 +21,10 @@ from kvcargo.errors import KvcargoError
 
 BUILTIN = ("a100", "b200", "h100", "h200")
 """Devices whose measured tables ship with kvcargo."""
+AR_VALUE_BYTES = 2
+"""aiconfigurator records an all-reduce's message size in bf16 values, not bytes (its 1 Gi-value
+all-reduce over 8 H100s takes 4.0 ms: 470 GB/s of NCCL bus bandwidth, NVLink 4's ceiling; read
+as bytes it would be half that). The tables are converted to bytes on loading."""
 
 
 def _segment(axis: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -205,6 +209,6 @@ def from_arrays(raw: dict[str, np.ndarray]) -> KernelTables:
         gemm_axes=g_axes, gemm_log=_prepare(raw["gemm_ms"], list(g_axes), [1.0, 1.0, 1.0]),
         ctx_cfg=ctx_cfg, ctx_axes=ctx_axes, ctx_log=_prepare(ctx, [None, *ctx_axes], [0, 1.0, 2.0]),
         gen_cfg=gen_cfg, gen_axes=gen_axes, gen_log=_prepare(gen, [None, *gen_axes], [0, 1.0, 1.0]),
-        ar_gpus=raw["ar_gpus"], ar_size=raw["ar_size"],
+        ar_gpus=raw["ar_gpus"], ar_size=raw["ar_size"] * AR_VALUE_BYTES,
         ar_log=_prepare(raw["ar_ms"], [None, raw["ar_size"]], [0, 1.0]),
     )

@@ -14,10 +14,11 @@ import numpy as np
 from kvcargo import catalog as catalog_mod
 from kvcargo.calibrated import (
     CS_DECODE_OVERHEAD,
-    CS_PREFILL_OVERHEAD,
+    CS_DECODE_SCALE,
+    CS_PREFILL_FLOOR,
+    CS_PREFILL_SCALE,
     calibrated_pool,
     calibrated_step,
-    framework_of,
     tabulate,
 )
 from kvcargo.catalog import Model
@@ -95,7 +96,7 @@ def _calibrated(model: Model, pool: Pool, phase: Phase, batch: int, length: int,
         flops, nbytes = prefill_work(mi, mf, tokens, quad, batch)
         t, e_c, e_m = calibrated_step(ct, cs, hf, True, float(tokens), float(batch), float(quad), 0.0,
                                       float(flops), nbytes)
-        scale, overhead = framework_of(pool).prefill_scale, cs[CS_PREFILL_OVERHEAD]
+        framework = {"framework_scale": float(cs[CS_PREFILL_SCALE]), "framework_floor": float(cs[CS_PREFILL_FLOOR])}
         attention = cp.context_s(b, np.array([float(length)]))[0]
         logits = cp.logits_s(b if lm_head == "last" else b * length)[0]
         layers = cp.layer_tokens_s(b * length)[0]
@@ -103,11 +104,11 @@ def _calibrated(model: Model, pool: Pool, phase: Phase, batch: int, length: int,
         flops, nbytes = decode_work(mi, mf, batch, batch * length)
         t, e_c, e_m = calibrated_step(ct, cs, hf, False, float(batch), float(batch), 0.0, float(batch * length),
                                       float(flops), nbytes)
-        scale, overhead = framework_of(pool).decode_scale, cs[CS_DECODE_OVERHEAD]
+        framework = {"framework_scale": float(cs[CS_DECODE_SCALE]), "framework_overhead": float(cs[CS_DECODE_OVERHEAD])}
         attention = cp.generation_s(b, np.array([length + 1.0]))[0]
         logits = cp.logits_s(b)[0]
         layers = cp.layer_tokens_s(b)[0]
     return {"time_s": t, "energy_j": e_c + e_m, "compute_j": e_c, "memory_j": e_m, "flops": int(flops),
             "bytes": float(nbytes), "tensor_parallel": cp.tp,
             "parts_s": {"layers": float(layers), "attention": float(attention), "logits": float(logits),
-                        "framework_scale": float(scale), "framework_overhead": float(overhead)}}
+                        **framework}}

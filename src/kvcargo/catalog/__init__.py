@@ -208,7 +208,7 @@ class Device(_Entry):
     ``--cost-model calibrated``; unset: the built-in set of the same key, if any."""
     framework: dict[str, dict[str, float]] = {}
     """Fitted framework constants of ``--cost-model calibrated`` by TP degree
-    (``{tp8 = {prefill_scale = …, prefill_overhead_s = …, decode_scale = …, decode_overhead_s = …}}``,
+    (``{tp8 = {prefill_scale = …, prefill_host_s_per_layer = …, decode_scale = …, decode_overhead_s = …}}``,
     written by ``kvcargo calibrate``); empty: the built-in ones."""
 
     @model_validator(mode="after")
