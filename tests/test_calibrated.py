@@ -24,7 +24,7 @@ from kvcargo.cli import main
 from kvcargo.cost import Pool
 from kvcargo.errors import KvcargoError
 from kvcargo.kernel_tables import builtin_arrays, from_arrays, load
-from kvcargo.linkmodel import layerwise_exposed, message_s, rate, read_send_recv
+from kvcargo.linkmodel import layerwise_exposed, message_s, rate, read_send_recv, transfer_s
 from kvcargo.steps import step
 from kvcargo.validate import run as validate_run
 from kvcargo.validate_calibrated import merged_arrays, step_rows
@@ -93,6 +93,30 @@ def test_held_out_models_step_times_meet_the_targets() -> None:
         assert merged.gemm(np.array([m]), n, k)[0] == pytest.approx(ms * 1e-3, rel=1e-9)
     rows = step_rows()
     assert len(rows) == 4 and all(r.status == "ok" for r in rows)
+
+
+def test_prefill_is_host_bound_then_gpu_bound() -> None:
+    """Short prompts sit on the host floor (layers × host time per layer, the same at every TP
+    degree); long ones are the scaled kernels."""
+    fw = framework("h100", 8)
+    floor = 80 * fw.prefill_host_s_per_layer
+    short = [step("llama2-70b", "h100", tp, "prefill", 1, p, "calibrated", "last")["time_s"]
+             for tp in (4, 8) for p in (16, 128)]
+    assert short == pytest.approx([floor] * 4, rel=1e-9)
+    assert step("llama3-8b", "h100", 8, "prefill", 1, 16, "calibrated")["time_s"] == pytest.approx(32 / 80 * floor)
+    long = step("llama2-70b", "h100", 8, "prefill", 4, 1024, "calibrated", "last")
+    parts = long["parts_s"]
+    assert long["time_s"] > floor
+    assert long["time_s"] == pytest.approx(fw.prefill_scale * (parts["layers"] + parts["attention"] + parts["logits"]),
+                                           rel=0.015)
+
+
+def test_all_reduce_sizes_are_bf16_values() -> None:
+    """aiconfigurator's 1 Gi-value all-reduce over 8 H100s is 2 GiB at NVLink 4's bus bandwidth."""
+    t = load("h100")
+    seconds = float(t.all_reduce(8, np.array([2.0 * 2**30]))[0])
+    bus_bw = 2 * 7 / 8 * 2 * 2**30 / seconds
+    assert 400e9 < bus_bw < 500e9
 
 
 def test_tensor_parallel_splits_the_work() -> None:
@@ -165,6 +189,15 @@ def test_layerwise_exposed_counts_the_per_layer_cost() -> None:
     assert layerwise_exposed(ndr, 80e6, 1.0, 80) == pytest.approx(tau + 80 * 3.1 * 19.1e-6)
     line = ndr.model_copy(update={"message_overhead_s": None, "efficiency": None})
     assert rate(line) == line.bandwidth and float(message_s(line, 1e6)) == line.latency + 1e6 / line.bandwidth
+
+
+def test_transfer_s_stripes_over_channels() -> None:
+    """Multi-rail: each channel carries one message of n / channels bytes, started together."""
+    ndr = catalog.builtin().link("ib-ndr")
+    assert float(transfer_s(ndr, 64e6, 4)) == pytest.approx(float(message_s(ndr, 16e6)))
+    assert float(transfer_s(ndr, 2048)) == pytest.approx(19.1e-6 + 2048 / (50e9 * 0.719))
+    with pytest.raises(KvcargoError, match="channels"):
+        transfer_s(ndr, 1.0, 0)
 
 
 def test_measured_whole_transfer_is_one_message() -> None:
@@ -299,6 +332,14 @@ def test_calibrated_run_with_every_handoff_option() -> None:
         s = simulate(SimConfig(**{**base, **extra})).summary
         assert s["completed"] == 60, extra
     assert simulate(requests=60).summary != simulate(requests=60, cost_model="calibrated").summary
+    trace = SimConfig(workload_file="azure-conv-2023", limit=50, cost_model="calibrated", link_model="measured")
+    assert simulate(trace).summary["completed"] == 50
+
+
+def test_planner_searches_with_the_calibrated_models(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["capacity", "--cost-model", "calibrated", "--link-model", "measured", "--requests", "200", "--json"])
+    search = json.loads(capsys.readouterr().out)["search"]
+    assert search["rate"] > 0 and search["feasible"] is True
 
 
 def test_compiled_and_plain_engines_agree_on_a_calibrated_run() -> None:

@@ -13,7 +13,8 @@ Per system the output ``.npz`` holds the vLLM tables in bf16:
   context (prefill) attention by batch and prompt length;
 * ``gen_cfg``, ``gen_b``, ``gen_s`` and ``gen_ms[c, b, s]``: generation attention by batch and KV length;
 * ``ar_gpus``, ``ar_size`` and ``ar_ms[g, s]``: the fastest measured all-reduce (vLLM's custom
-  all-reduce under CUDA graphs, or NCCL) by message bytes and GPU count.
+  all-reduce under CUDA graphs, or NCCL) by GPU count and message size in bf16 values, as
+  aiconfigurator records it (:data:`kvcargo.kernel_tables.AR_VALUE_BYTES` converts on loading).
 
 Built-in tables hold out GEMM columns whose n or k is in ``HELD_N_K`` and the attention head
 configurations in ``HELD_HEADS``, written as exact measured rows to ``heldout_<device>.npz``

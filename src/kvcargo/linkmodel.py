@@ -45,6 +45,14 @@ def message_s(link: Link, nbytes: np.ndarray | float) -> np.ndarray:
     return t if link.min_message_s is None else np.maximum(t, link.min_message_s)
 
 
+def transfer_s(link: Link, nbytes: np.ndarray | float, channels: int = 1) -> np.ndarray:
+    """Seconds to move ``nbytes`` over ``channels`` channels of ``link`` under the measured model,
+    striped as one message per channel started together (a multi-rail transfer engine)."""
+    if channels < 1:
+        raise KvcargoError(f"channels must be >= 1, got {channels}")
+    return message_s(link, np.asarray(nbytes, dtype=np.float64) / channels)
+
+
 def layer_overhead_s(link: Link) -> float:
     """The per-layer cost of layer-wise sending (the link's own, or the default)."""
     if link.layer_overhead_s is not None:

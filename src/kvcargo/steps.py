@@ -108,6 +108,7 @@ def _calibrated(model: Model, pool: Pool, phase: Phase, batch: int, length: int,
         attention = cp.generation_s(b, np.array([length + 1.0]))[0]
         logits = cp.logits_s(b)[0]
         layers = cp.layer_tokens_s(b)[0]
+    t, e_c, e_m = float(t), float(e_c), float(e_m)  # plain floats (JSON), whichever engine ran the lookup
     return {"time_s": t, "energy_j": e_c + e_m, "compute_j": e_c, "memory_j": e_m, "flops": int(flops),
             "bytes": float(nbytes), "tensor_parallel": cp.tp,
             "parts_s": {"layers": float(layers), "attention": float(attention), "logits": float(logits),

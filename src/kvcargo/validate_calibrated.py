@@ -202,7 +202,7 @@ def measured_value(check: dict) -> float:
     from kvcargo import catalog
     from kvcargo.catalog import Link
     from kvcargo.cost import Pool, shape
-    from kvcargo.linkmodel import layerwise_exposed, rate
+    from kvcargo.linkmodel import layerwise_exposed, transfer_s
     from kvcargo.steps import step
     from kvcargo.validate import _link, _model
 
@@ -216,8 +216,7 @@ def measured_value(check: dict) -> float:
                                  model.layers)
     fields = {k: check[k] for k in ("message_overhead_s", "efficiency", "channel_cap") if k in check}
     link = Link(key="check", name="check", bandwidth=check["bandwidth"], latency=check["latency"], **fields)
-    nbytes, n = check["bytes"], check["channels"]
-    return nbytes / (link.message_overhead_s + nbytes / (n * rate(link)))
+    return check["bytes"] / float(transfer_s(link, check["bytes"], check["channels"]))
 
 
 def results() -> list:
