@@ -8,7 +8,7 @@ over the prompts in prefill, generation attention over the cached tokens in deco
 logits GEMM. A serving framework adds its own cost, fitted to end-to-end data per device
 (:mod:`kvcargo.calibration_fit`): its kernels' slowdown against the measured ones, a host-side
 floor under every prefill step (the host launches a step layer by layer while the GPU runs it),
-and a per-step decode overhead per TP degree. Kernel latencies come from :mod:`kvcargo.kernel_tables`.
+its all-reduces' slowdown against the measured ones, and a per-step decode overhead per TP degree. Kernel latencies come from :mod:`kvcargo.kernel_tables`.
 
 For the engine the model is tabulated once per run and pool (:func:`tabulate`): log-seconds on a
 log-spaced grid of tokens (1-D tables) or of (batch, tokens per sequence) (attention), which
@@ -40,14 +40,20 @@ PER_OCTAVE = 8
 OCTAVES = 22
 """The tables cover 1 … 2^22 tokens (beyond: the last segment is extrapolated)."""
 N_GRID = PER_OCTAVE * OCTAVES + 1
-T_TOKENS, T_LOGITS, T_CONTEXT, T_GENERATION = range(4)
-"""The tabulated parts: per-token layer work, the logits GEMM, context and generation attention."""
+T_TOKENS, T_REDUCE, T_LOGITS, T_CONTEXT, T_GENERATION = range(5)
+N_TABLES = 5
+"""The tabulated parts: per-token layer work without its all-reduces, the all-reduces, the logits
+GEMM, context and generation attention."""
 # Scalars of a calibrated pool (``Params.cs``): the fitted framework constants (the prefill floor
 # in seconds: layers × host time per layer), the FLOP-energy scale, whether the LM head runs on
 # the last prompt token only.
-CS_PREFILL_SCALE, CS_PREFILL_FLOOR, CS_DECODE_SCALE, CS_DECODE_OVERHEAD, CS_PJ_SCALE, CS_LM_LAST = range(6)
+(CS_PREFILL_SCALE, CS_PREFILL_FLOOR, CS_DECODE_SCALE, CS_DECODE_OVERHEAD, CS_COMM_SCALE, CS_PJ_SCALE,
+ CS_LM_LAST) = range(7)
+N_SCALARS = 7
 ELEMENTWISE_KERNELS = 6
 """Elementwise kernels per layer: two RMSNorms, RoPE, two residual adds, SiLU·mul."""
+TINY_S = 1e-300
+"""Stands for 0 s in a log table (a single device has no all-reduce)."""
 MEASURED_BW_FRACTION = 0.8
 """Fraction of HBM bandwidth an elementwise kernel reaches (the reference's bw_eff; not measured)."""
 
@@ -81,16 +87,23 @@ class CalibratedPool:
 
     def layer_tokens_s(self, m: np.ndarray) -> np.ndarray:
         """Every layer's work proportional to the tokens of the step, at ``m`` tokens."""
+        return self.layer_compute_s(m) + self.layer_reduce_s(m)
+
+    def layer_compute_s(self, m: np.ndarray) -> np.ndarray:
+        """Every layer's GEMMs and elementwise kernels at ``m`` tokens."""
         md, t, g = self.model, self.tp, self.tables
         d, hd = md.d_model, self.head_dim
         q, kv = self.heads * hd, self.kv_heads * hd
         ff = md.d_ff // t
         gemms = g.gemm(m, q + 2 * kv, d) + g.gemm(m, d, q) + g.gemm(m, 2 * ff, d) + g.gemm(m, d, ff)
-        reduce = 2 * g.all_reduce(t, np.asarray(m, dtype=np.float64) * d * 2)
         elem_bytes = 2.0 * np.asarray(m, dtype=np.float64) * (10 * d + 3 * ff + 2 * (q + kv))
         floor = ELEMENTWISE_KERNELS * self.shortest_kernel_s
         elem = np.maximum(elem_bytes / (self.device.hbm_bw * MEASURED_BW_FRACTION), floor)
-        return md.layers * (gemms + reduce + elem)
+        return md.layers * (gemms + elem)
+
+    def layer_reduce_s(self, m: np.ndarray) -> np.ndarray:
+        """Every layer's two all-reduces of ``m·d`` bf16 values (0 on one device)."""
+        return self.model.layers * 2 * self.tables.all_reduce(self.tp, np.asarray(m, dtype=np.float64) * self.model.d_model * 2)
 
     @property
     def shortest_kernel_s(self) -> float:
@@ -167,14 +180,16 @@ def tabulate(model: Model, pool: Pool, lm_head: LmHead = "all") -> tuple[np.ndar
     """The engine's tables for one pool: log-seconds ``(4, N_GRID, N_GRID)`` and the scalars."""
     cp = calibrated_pool(model, pool)
     x = grid()
-    ct = np.zeros((4, N_GRID, N_GRID))
-    ct[T_TOKENS, :, :] = np.log(cp.layer_tokens_s(x))[:, None]
+    ct = np.zeros((N_TABLES, N_GRID, N_GRID))
+    ct[T_TOKENS, :, :] = np.log(cp.layer_compute_s(x))[:, None]
+    ct[T_REDUCE, :, :] = np.log(np.maximum(cp.layer_reduce_s(x), TINY_S))[:, None]
     ct[T_LOGITS, :, :] = np.log(cp.logits_s(x))[:, None]
     b, s = np.meshgrid(x, x, indexing="ij")
     ct[T_CONTEXT] = np.log(cp.context_s(b.ravel(), s.ravel())).reshape(b.shape)
     ct[T_GENERATION] = np.log(cp.generation_s(b.ravel(), s.ravel())).reshape(b.shape)
     fw = framework_of(pool)
-    cs = np.zeros(6)
+    cs = np.zeros(N_SCALARS)
+    cs[CS_COMM_SCALE] = fw.comm_scale
     cs[CS_PREFILL_SCALE] = fw.prefill_scale
     cs[CS_PREFILL_FLOOR] = model.layers * fw.prefill_host_s_per_layer
     cs[CS_DECODE_SCALE] = fw.decode_scale
@@ -219,11 +234,13 @@ def calibrated_step(ct: np.ndarray, cs: np.ndarray, hf: np.ndarray, prefill: boo
         m_logits = seqs if cs[CS_LM_LAST] != 0.0 else tokens
         t = max(cs[CS_PREFILL_FLOOR],
                 cs[CS_PREFILL_SCALE] * (table_at(ct, T_TOKENS, tokens, 1.0) + table_at(ct, T_LOGITS, m_logits, 1.0)
-                                        + table_at(ct, T_CONTEXT, seqs, s)))
+                                        + table_at(ct, T_CONTEXT, seqs, s))
+                + cs[CS_COMM_SCALE] * table_at(ct, T_REDUCE, tokens, 1.0))
         overhead = 0.0
     else:
-        t = cs[CS_DECODE_SCALE] * (table_at(ct, T_TOKENS, tokens, 1.0) + table_at(ct, T_LOGITS, tokens, 1.0)
-                                   + table_at(ct, T_GENERATION, seqs, context / seqs + 1.0))
+        t = (cs[CS_DECODE_SCALE] * (table_at(ct, T_TOKENS, tokens, 1.0) + table_at(ct, T_LOGITS, tokens, 1.0)
+                                    + table_at(ct, T_GENERATION, seqs, context / seqs + 1.0))
+             + cs[CS_COMM_SCALE] * table_at(ct, T_REDUCE, tokens, 1.0))
         overhead = cs[CS_DECODE_OVERHEAD]
     e_c = flops * hf[HF_J_FLOP] * cs[CS_PJ_SCALE]
     e_m = nbytes * hf[HF_J_BYTE]

@@ -3,19 +3,22 @@
 The kernel tables fix what the GPU does; a serving framework adds what it does around them. Per
 device and phase the calibrated step time is (:mod:`kvcargo.calibrated`)
 
-* prefill: ``max(layers · prefill_host_s_per_layer, prefill_scale · Σ kernels)`` — the GPU runs
-  the step's kernels ``prefill_scale`` times slower than the measured ones (older kernels, no
-  fusion), while the host prepares and launches the step layer by layer asynchronously; a short
-  prompt cannot finish before the host has launched it, a long one is GPU-bound. Splitwise's
-  prompt times show exactly that: flat at 48–58 ms (DGX-H100) and 64–67 ms (DGX-A100) for
-  prompts up to 256 tokens at every TP degree, then linear in the prompt tokens;
-* decode: ``decode_scale · Σ kernels + decode_overhead_s`` per TP degree — the per-step framework
-  cost (scheduling, sampling, host-device synchronisation on the new token) does not overlap the
-  step, and grows with the TP degree (one more process to synchronise).
+* prefill: ``max(layers · prefill_host_s_per_layer, prefill_scale · compute + comm_scale · comm)``
+  — the GPU runs the step's GEMMs, attention and elementwise kernels (``compute``)
+  ``prefill_scale`` times slower than the measured ones (older kernels, less fusion) and its
+  all-reduces (``comm``) ``comm_scale`` times slower than the fastest measured all-reduce, while
+  the host prepares and launches the step layer by layer asynchronously: a short prompt cannot
+  finish before the host has launched it, a long one is GPU-bound. Splitwise's prompt times show
+  exactly that: flat at 48–58 ms (DGX-H100) and 64–67 ms (DGX-A100) for prompts up to 256 tokens
+  at every TP degree, then linear in the prompt tokens;
+* decode: ``decode_scale · compute + comm_scale · comm + decode_overhead_s`` per TP degree — the
+  per-step framework cost (scheduling, sampling, host-device synchronisation on the new token)
+  does not overlap the step, and grows with the TP degree (one more process to synchronise).
 
 Both are fitted on the *relative* error, so short and long steps weigh alike: prefill by a grid
-search over the two constants of each device (shared by every TP degree), decode by least squares
-with the kernels at their own speed (scale 1) and one overhead per TP degree.
+search over the three constants of each device (shared by every TP degree), decode by least
+squares with the kernels at their own speed (scale 1), the device's ``comm_scale``, and one
+overhead per TP degree.
 
 The built-in constants (``data/calibration/framework.toml``) were fitted to Splitwise's end-to-end
 measurements of Llama-2-70B on DGX-H100 and DGX-A100 (Patel et al., ISCA'24; MIT), with
@@ -52,15 +55,25 @@ class Framework:
 
     prefill_scale: float = 1.0
     prefill_host_s_per_layer: float = 0.0
+    comm_scale: float = 1.0
     decode_scale: float = 1.0
     decode_overhead_s: float = 0.0
 
-    def prefill_s(self, kernels: float, layers: int) -> float:
-        """A prefill step of ``kernels`` seconds of measured kernels on a model of ``layers`` layers."""
-        return max(layers * self.prefill_host_s_per_layer, self.prefill_scale * kernels)
+    def prefill_s(self, kernels: KernelTime, layers: int) -> float:
+        """A prefill step of measured ``kernels`` on a model of ``layers`` layers."""
+        gpu = self.prefill_scale * kernels.compute + self.comm_scale * kernels.comm
+        return max(layers * self.prefill_host_s_per_layer, gpu)
 
-    def decode_s(self, kernels: float) -> float:
-        return self.decode_scale * kernels + self.decode_overhead_s
+    def decode_s(self, kernels: KernelTime) -> float:
+        return self.decode_scale * kernels.compute + self.comm_scale * kernels.comm + self.decode_overhead_s
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """A step's measured kernel seconds: the all-reduces apart from everything else."""
+
+    compute: float
+    comm: float
 
 
 @dataclass(frozen=True)
@@ -203,9 +216,9 @@ def read_steps(path: str | Path) -> list[StepRow]:
 
 
 @cache
-def kernel_time(row: StepRow, catalog_files: tuple[str, ...] = ()) -> float:
-    """The calibrated model's kernel time for a measured step (no scale, no overhead; the LM head
-    over the last prompt token, as serving frameworks compute it)."""
+def kernel_time(row: StepRow, catalog_files: tuple[str, ...] = ()) -> KernelTime:
+    """The calibrated model's kernel times for a measured step (no framework constants; the LM
+    head over the last prompt token, as serving frameworks compute it)."""
     from kvcargo import catalog
     from kvcargo.calibrated import CalibratedPool, check_supported
     from kvcargo.cost import Pool
@@ -217,11 +230,12 @@ def kernel_time(row: StepRow, catalog_files: tuple[str, ...] = ()) -> float:
     cp = CalibratedPool(model, device, row.tp, load(device.key, device.kernel_tables))
     b = np.array([float(row.batch)])
     if row.phase == "prefill":
-        t = (cp.layer_tokens_s(b * row.tokens) + cp.logits_s(b)
-             + cp.context_s(b, np.array([row.tokens])))
+        m = b * row.tokens
+        t = cp.layer_compute_s(m) + cp.logits_s(b) + cp.context_s(b, np.array([row.tokens]))
     else:
-        t = cp.layer_tokens_s(b) + cp.logits_s(b) + cp.generation_s(b, np.array([row.tokens + 1.0]))
-    return float(t[0])
+        m = b
+        t = cp.layer_compute_s(m) + cp.logits_s(b) + cp.generation_s(b, np.array([row.tokens + 1.0]))
+    return KernelTime(float(t[0]), float(cp.layer_reduce_s(m)[0]))
 
 
 def fit_decode(tps: np.ndarray, kernels: np.ndarray, measured: np.ndarray) -> dict[int, float]:
@@ -234,41 +248,58 @@ def fit_decode(tps: np.ndarray, kernels: np.ndarray, measured: np.ndarray) -> di
     return out
 
 
-def fit_prefill(kernels: np.ndarray, layers: np.ndarray, measured: np.ndarray) -> tuple[float, float]:
-    """``(scale, host seconds per layer)`` minimising Σ(max(layers·h, scale·k)/y − 1)²: a grid
-    search, then a finer grid around the best point (the objective is not smooth in h)."""
-    def search(scales: np.ndarray, hosts: np.ndarray) -> tuple[float, float]:
-        gpu = scales[:, None, None] * kernels[None, None, :]
-        host = hosts[None, :, None] * layers[None, None, :]
-        err = ((np.maximum(gpu, host) / measured - 1.0) ** 2).sum(axis=2)
-        i, j = np.unravel_index(np.argmin(err), err.shape)
-        return float(scales[i]), float(hosts[j])
+def fit_prefill(compute: np.ndarray, comm: np.ndarray, layers: np.ndarray,
+                measured: np.ndarray) -> tuple[float, float, float]:
+    """``(scale, comm_scale, host seconds per layer)`` minimising
+    Σ(max(layers·h, scale·compute + comm_scale·comm)/y − 1)²: a grid search, then a finer grid
+    around the best point (the objective is not smooth in h)."""
+    def search(scales: np.ndarray, comms: np.ndarray, hosts: np.ndarray) -> tuple[float, float, float]:
+        gpu = scales[:, None, None] * compute + comms[None, :, None] * comm  # (scale, comm, row)
+        best = (np.inf, 0.0, 0.0, 0.0)
+        for h in hosts:
+            err = ((np.maximum(gpu, h * layers) / measured - 1.0) ** 2).sum(axis=2)
+            i, j = np.unravel_index(np.argmin(err), err.shape)
+            if err[i, j] < best[0]:
+                best = (float(err[i, j]), float(scales[i]), float(comms[j]), float(h))
+        return best[1:]
 
     h_max = float((measured / layers).max())
-    s, h = search(np.geomspace(0.25, 8.0, 241), np.linspace(0.0, h_max, 201))
-    return search(np.linspace(s * 0.985, s * 1.015, 61), np.linspace(max(0.0, h - h_max / 200), h + h_max / 200, 41))
+    coarse = np.geomspace(0.25, 8.0, 61)  # 6% steps
+    s, c, h = search(coarse, coarse if comm.any() else np.ones(1), np.linspace(0.0, h_max, 61))
+    fine = np.linspace(0.94, 1.06, 25)
+    return search(s * fine, c * fine if comm.any() else np.ones(1),
+                  np.linspace(max(0.0, h - h_max / 60), h + h_max / 60, 21))
 
 
 def fit(rows: list[StepRow], catalog_files: tuple[str, ...] = ()) -> dict[tuple[str, int], Framework]:
-    """Fitted constants per (device, TP) from measured steps (module doc): prefill scale and host
-    time per device, shared by its TP degrees; decode overhead per TP degree (a phase without rows
-    keeps the neutral 1 and 0)."""
+    """Fitted constants per (device, TP) from measured steps (module doc): the prefill scales and
+    host time per device, shared by its TP degrees; then the decode overhead per TP degree with
+    the device's all-reduce scale (a device without prefill rows keeps 1; a phase without rows
+    keeps the neutral constants)."""
     from kvcargo import catalog
 
     cat = catalog.load(catalog_files)
-    by: dict[tuple[str, str], list[tuple[int, float, int, float]]] = defaultdict(list)
+    by: dict[tuple[str, str], list[tuple[int, KernelTime, int, float]]] = defaultdict(list)
     for r in rows:
         by[(r.device, r.phase)].append((r.tp, kernel_time(r, catalog_files), cat.model(r.model).layers, r.measured_s))
     fields: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
-    for (dev, phase), pts in sorted(by.items()):
-        tps, k, layers, y = (np.array(c) for c in zip(*pts))
+    comm_scale: dict[str, float] = {}
+    for (dev, phase), pts in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1] != "prefill")):
+        tps = np.array([p[0] for p in pts], dtype=np.int64)
+        compute = np.array([p[1].compute for p in pts])
+        comm = np.array([p[1].comm for p in pts])
+        layers = np.array([p[2] for p in pts], dtype=np.float64)
+        y = np.array([p[3] for p in pts])
         if phase == "prefill":
-            scale, host = fit_prefill(k, layers.astype(np.float64), y)
+            scale, comm_scale[dev], host = fit_prefill(compute, comm, layers, y)
             for tp in set(tps.tolist()):
                 fields[(dev, tp)].update(prefill_scale=scale, prefill_host_s_per_layer=host)
         else:
-            for tp, o in fit_decode(tps.astype(np.int64), k, y).items():
+            c = comm_scale.get(dev, 1.0)
+            for tp, o in fit_decode(tps, compute + c * comm, y).items():
                 fields[(dev, tp)].update(decode_scale=1.0, decode_overhead_s=o)
+    for (dev, tp), f in fields.items():
+        f["comm_scale"] = comm_scale.get(dev, 1.0)
     return {key: Framework(**f) for key, f in sorted(fields.items())}
 
 

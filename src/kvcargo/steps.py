@@ -13,6 +13,7 @@ import numpy as np
 
 from kvcargo import catalog as catalog_mod
 from kvcargo.calibrated import (
+    CS_COMM_SCALE,
     CS_DECODE_OVERHEAD,
     CS_DECODE_SCALE,
     CS_PREFILL_FLOOR,
@@ -99,7 +100,7 @@ def _calibrated(model: Model, pool: Pool, phase: Phase, batch: int, length: int,
         framework = {"framework_scale": float(cs[CS_PREFILL_SCALE]), "framework_floor": float(cs[CS_PREFILL_FLOOR])}
         attention = cp.context_s(b, np.array([float(length)]))[0]
         logits = cp.logits_s(b if lm_head == "last" else b * length)[0]
-        layers = cp.layer_tokens_s(b * length)[0]
+        m = b * length
     else:
         flops, nbytes = decode_work(mi, mf, batch, batch * length)
         t, e_c, e_m = calibrated_step(ct, cs, hf, False, float(batch), float(batch), 0.0, float(batch * length),
@@ -107,9 +108,10 @@ def _calibrated(model: Model, pool: Pool, phase: Phase, batch: int, length: int,
         framework = {"framework_scale": float(cs[CS_DECODE_SCALE]), "framework_overhead": float(cs[CS_DECODE_OVERHEAD])}
         attention = cp.generation_s(b, np.array([length + 1.0]))[0]
         logits = cp.logits_s(b)[0]
-        layers = cp.layer_tokens_s(b)[0]
+        m = b
     t, e_c, e_m = float(t), float(e_c), float(e_m)  # plain floats (JSON), whichever engine ran the lookup
     return {"time_s": t, "energy_j": e_c + e_m, "compute_j": e_c, "memory_j": e_m, "flops": int(flops),
             "bytes": float(nbytes), "tensor_parallel": cp.tp,
-            "parts_s": {"layers": float(layers), "attention": float(attention), "logits": float(logits),
-                        **framework}}
+            "parts_s": {"layers": float(cp.layer_compute_s(m)[0]), "all_reduce": float(cp.layer_reduce_s(m)[0]),
+                        "attention": float(attention), "logits": float(logits),
+                        "framework_comm_scale": float(cs[CS_COMM_SCALE]), **framework}}

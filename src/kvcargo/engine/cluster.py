@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvcargo import stepcost
-from kvcargo.calibrated import tabulate
+from kvcargo.calibrated import N_SCALARS, N_TABLES, tabulate
 from kvcargo.catalog import Link
 from kvcargo.ced import replay_on_decode
 from kvcargo.config import Resolved
@@ -221,7 +221,7 @@ def step_tables(res: Resolved) -> tuple[np.ndarray, np.ndarray]:
     """The calibrated model's tables per pool row (prefill or colocated, decode); a dummy under
     the roofline."""
     if res.config.cost_model != "calibrated":
-        return np.zeros((2, 4, 2, 2)), np.zeros((2, 6))
+        return np.zeros((2, N_TABLES, 2, 2)), np.zeros((2, N_SCALARS))
     rows = [tabulate(res.model, pool, res.config.lm_head) for pool in (res.prefill_pool, res.decode_pool)]
     return np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
 
