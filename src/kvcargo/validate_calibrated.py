@@ -7,9 +7,10 @@ beside its target, with honest labels of what was and was not used to fit:
   the interpolated tables (``heldout_<device>.npz``, exact measured latencies), kernel by kernel
   and as whole steps of the models whose shapes they are (the reference step is assembled from
   every measured kernel, the held-out cells put back);
-* Splitwise end to end (``perf_model_fit.csv``): the built-in framework constants are fitted to
-  all of these rows, so they are in-sample; a second row refits on the small steps only and
-  scores the large ones (batch 8 or 4,096+ tokens in prefill; batch 8 or 1,024+ output in decode);
+* Splitwise end to end (``perf_model_fit.csv``), per phase and TP degree: in-sample (the
+  built-in constants are fitted to every Llama-2-70B row), then refitted without what is scored —
+  each configuration in turn, the steps above 1,024 prompt tokens (or mean context 600), batch 8 —
+  and BLOOM-176B, a model no constant is fitted to;
 * Vidur's send/recv curves (the ib-ndr and nvlink4 constants are fitted to them: in-sample).
 
 Data that is not shipped (the Splitwise and Vidur CSVs) is looked for under ``shared/data/calibration``
