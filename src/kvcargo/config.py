@@ -230,7 +230,8 @@ class SimConfig(BaseModel):
                              f"(W8A8, W4A4); got {self.compute_format} with --weight-format {self.weight_format}")
         if self.cost_model == "calibrated" and (layout or pool_layout or self.speculative is not None):
             raise ValueError("parallel layouts and speculative decoding follow the companion's roofline: "
-                             "they need --cost-model roofline")
+                             "they need --cost-model roofline (the calibrated model runs each instance "
+                             "tensor-parallel over its --devices-per-instance)")
         if self.kv_format != "bf16" and self.kv_compress is not None:
             raise ValueError("KV hand-off compression assumes a BF16 KV cache: drop --kv-format or --kv-compress")
         return self
