@@ -176,8 +176,23 @@ def pj_scale(pool: Pool, tables: KernelTables) -> float:
     return pool.device.flop_eff / measured
 
 
+TABLE_CACHE_SIZE = 64
+"""Tabulated pools kept per process (a planner search simulates the same pools hundreds of times)."""
+_tables: dict[tuple[str, str, int, str, str], tuple[np.ndarray, np.ndarray]] = {}
+
+
 def tabulate(model: Model, pool: Pool, lm_head: LmHead = "all") -> tuple[np.ndarray, np.ndarray]:
-    """The engine's tables for one pool: log-seconds ``(4, N_GRID, N_GRID)`` and the scalars."""
+    """The engine's tables for one pool: log-seconds ``(N_TABLES, N_GRID, N_GRID)`` and the
+    scalars (read-only; the same arrays for the same model, device, device count and LM head)."""
+    key = (model.model_dump_json(), pool.device.model_dump_json(), pool.n, pool.precision, lm_head)
+    if key not in _tables:
+        if len(_tables) >= TABLE_CACHE_SIZE:
+            _tables.pop(next(iter(_tables)))
+        _tables[key] = _tabulate(model, pool, lm_head)
+    return _tables[key]
+
+
+def _tabulate(model: Model, pool: Pool, lm_head: LmHead) -> tuple[np.ndarray, np.ndarray]:
     cp = calibrated_pool(model, pool)
     x = grid()
     ct = np.zeros((N_TABLES, N_GRID, N_GRID))
