@@ -18,7 +18,7 @@ import pytest
 
 from kvcargo import SimConfig, catalog, simulate
 from kvcargo.calibrate import calibrate
-from kvcargo.calibrated import CalibratedPool, calibrated_pool, pj_scale
+from kvcargo.calibrated import CS_DECODE_OVERHEAD, CalibratedPool, calibrated_pool, pj_scale, tabulate
 from kvcargo.calibration_fit import KernelTime, builtin_constants, framework, parse_constants, read_splitwise
 from kvcargo.cli import main
 from kvcargo.cost import Pool
@@ -117,6 +117,15 @@ def test_all_reduce_sizes_are_bf16_values() -> None:
     seconds = float(t.all_reduce(8, np.array([2.0 * 2**30]))[0])
     bus_bw = 2 * 7 / 8 * 2 * 2**30 / seconds
     assert 400e9 < bus_bw < 500e9
+
+
+def test_tables_are_tabulated_once_per_pool() -> None:
+    """A planner search reuses a pool's tables; a device with its own constants gets its own."""
+    cat = catalog.builtin()
+    m = cat.model("llama3-8b")
+    assert tabulate(m, Pool(cat.device("h100"), 2)) is tabulate(m, Pool(cat.device("h100"), 2))
+    own = cat.device("h100").model_copy(update={"framework": {"tp2": {"decode_overhead_s": 0.5}}})
+    assert tabulate(m, Pool(own, 2))[1][CS_DECODE_OVERHEAD] == 0.5
 
 
 def test_tensor_parallel_splits_the_work() -> None:
