@@ -114,8 +114,8 @@ def _errors(test: list, table: dict, files: tuple[str, ...]) -> np.ndarray:
 
 def splitwise_rows(root: Path | None) -> list:
     """Splitwise end to end, per phase and TP degree (both devices): in-sample, then four held-out
-    designs — leave one configuration out, extrapolate to the largest steps, and a model the
-    constants never saw (BLOOM-176B at TP 8)."""
+    designs — leave one configuration out, extrapolate to the larger steps, extrapolate to batch 8,
+    and a model the constants never saw (BLOOM-176B at TP 8)."""
     from kvcargo.calibration_fit import fit, read_splitwise
 
     src = "Splitwise (Patel et al., ISCA'24), Mutinifni/splitwise-sim perf_model.csv (MIT)"
