@@ -101,3 +101,30 @@ def test_dask_gives_the_same_rows_as_local(local_rows: list[dict]) -> None:
     with get_backend("dask", workers=2) as be:
         res = run_sweep(GRID, be)
     assert same_rows(res.rows, local_rows)
+
+
+def test_a_lost_chunk_is_submitted_again_and_delivered_once() -> None:
+    """``gather``: a task that fails (a lost worker, node or object; not a run's exception) is
+    submitted again; each index is yielded exactly once, from a whole chunk; past the retries its
+    runs become TaskErrors."""
+    from kvcargo.planner.backends import gather
+
+    submitted: list[range] = []
+    lost = {range(2, 4): 2, range(4, 6): 99}  # chunk -> how many of its submissions are lost
+
+    def submit(r: range) -> tuple[range, int]:
+        submitted.append(r)
+        return r, submitted.count(r)
+
+    def get(handle: tuple[range, int]) -> list[int]:
+        r, attempt = handle
+        if attempt <= lost.get(r, 0):
+            raise ConnectionError(f"lost {r.start}")
+        return [i * i for i in r]
+
+    out = list(gather([range(0, 2), range(2, 4), range(4, 6)], submit, lambda hs: hs[:1], get, "a task", retries=3))
+    assert sorted(i for i, _ in out) == list(range(6))  # every index once
+    assert dict(out)[2] == 4 and dict(out)[3] == 9  # delivered by its third submission
+    assert submitted.count(range(2, 4)) == 3 and submitted.count(range(4, 6)) == 4
+    assert all(isinstance(dict(out)[i], TaskError) for i in (4, 5))
+    assert dict(out)[4].message.startswith("a task failed (after 4 tries): ConnectionError: lost 4 (at ")
