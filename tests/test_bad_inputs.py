@@ -205,6 +205,8 @@ CLI_CASES = [
     ('sweep --vary kv-compress=fp8,zip', "unknown codec 'zip'; valid choices:"),
     ('sweep --vary rate=8,9 --out /nonexistent/s.csv', "--out '/nonexistent/s.csv': directory '/nonexistent' does no"),
     ('sweep --vary rate=8,9 --out {tmp}', "Invalid value for '--out' / '-o': File"),
+    ('sweep --vary rate=8,9 --out {tmp}/s.txt', 'use a file ending in .csv, .parquet'),
+    ('sweep --vary rate=8,9 --out {tmp}/results', 'use a file ending in .csv, .parquet'),
     ('sweep --vary rate=8,9 --plot {tmp}/p.jpg', 'use a file ending in .png, .svg, .pdf, .html'),
     ('sweep --vary rate=8,9 --plot /nonexistent/p.png', "--plot '/nonexistent/p.png': directory '/nonexistent' does n"),
     ('sweep --vary rate=8,9 --workers 0', '--workers must be >= 1, got 0'),
