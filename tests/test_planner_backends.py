@@ -32,6 +32,16 @@ def explode(x: int) -> int:
     return x * x
 
 
+def die_once(item: tuple[str, int]) -> int:
+    """``x * x``; the process running item 2 dies the first time (a lost worker, then a retry)."""
+    folder, x = item
+    marker = os.path.join(folder, f"died-{x}")
+    if x == 2 and not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)
+    return x * x
+
+
 @pytest.fixture(scope="module")
 def local_rows() -> list[dict]:
     with LocalBackend(2, inline_seconds=0) as be:
@@ -78,7 +88,9 @@ def test_unknown_backend_and_bad_workers() -> None:
 @pytest.fixture(scope="module")
 def ray_instance():
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    path = os.pathsep.join(filter(None, [os.path.dirname(__file__), os.environ.get("PYTHONPATH")]))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path}})  # the workers import this file's functions
     yield ray
     ray.shutdown()
 
@@ -93,6 +105,13 @@ def test_ray_gives_the_same_rows_as_local(ray_instance, local_rows: list[dict], 
         run_sweep(GRID, be, tmp_path / "local.csv")
     assert (tmp_path / "ray.csv").read_bytes() == (tmp_path / "local.csv").read_bytes()
     assert ray_instance.is_initialized()  # an instance the backend did not start is left running
+
+
+@pytest.mark.ray
+def test_ray_runs_a_lost_task_again(ray_instance, tmp_path) -> None:
+    with get_backend("ray") as be:
+        out = dict(be.map(die_once, [(str(tmp_path), x) for x in range(6)]))
+    assert out == {x: x * x for x in range(6)} and (tmp_path / "died-2").exists()
 
 
 @pytest.mark.dask

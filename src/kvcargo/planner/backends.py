@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -53,6 +54,7 @@ INLINE_SECONDS = 4.0
 machine, so on two cores the pool only pays for jobs of several seconds more)."""
 H = TypeVar("H")
 """A submitted task's handle (a future, a Ray object reference)."""
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -78,7 +80,7 @@ def describe_exception(exc: BaseException) -> str:
         return str(exc)
     where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     at = f" (at {os.path.basename(where[0].filename)}:{where[0].lineno})" if where else ""
-    return f"{type(exc).__name__}: {exc}{at}".replace("\n", " ")
+    return ANSI.sub("", f"{type(exc).__name__}: {exc}{at}".replace("\n", " "))  # Ray colours its errors
 
 
 def run_chunk(fn: Callable[[Any], Any], chunk: Sequence[Any]) -> list[Any]:
