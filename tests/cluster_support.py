@@ -138,6 +138,11 @@ def processes(logs: Path) -> Iterator[Processes]:
         procs.stop()
 
 
+OBJECT_STORE_BYTES = 100_000_000
+"""Each Ray node's object store (Ray's default is 30% of the machine's memory, per node): a sweep's
+results are a few hundred kilobytes."""
+
+
 def ray_cluster(procs: Processes, cpus_per_node: int = 1, nodes: int = 2) -> str:
     """``ray start --head`` and ``nodes - 1`` × ``ray start --address``; returns the address.
 
@@ -148,7 +153,8 @@ def ray_cluster(procs: Processes, cpus_per_node: int = 1, nodes: int = 2) -> str
     procs.env.update(RAY_AUTH_MODE="disabled")
     port = free_port()
     address = f"{HOST}:{port}"
-    common = ("--block", "--node-ip-address", HOST, "--num-cpus", str(cpus_per_node), "--disable-usage-stats")
+    common = ("--block", "--node-ip-address", HOST, "--num-cpus", str(cpus_per_node), "--disable-usage-stats",
+              "--object-store-memory", str(OBJECT_STORE_BYTES))
     procs.start("ray-head", str(BIN / "ray"), "start", "--head", "--port", str(port), "--include-dashboard",
                 "false", "--temp-dir", procs.tempdir(), *common)
     wait_for(lambda: "Ray runtime started" in procs.log("ray-head") or procs.procs["ray-head"].poll() is not None,

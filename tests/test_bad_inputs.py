@@ -205,6 +205,8 @@ CLI_CASES = [
     ('sweep --vary kv-compress=fp8,zip', "unknown codec 'zip'; valid choices:"),
     ('sweep --vary rate=8,9 --out /nonexistent/s.csv', "--out '/nonexistent/s.csv': directory '/nonexistent' does no"),
     ('sweep --vary rate=8,9 --out {tmp}', "Invalid value for '--out' / '-o': File"),
+    ('sweep --vary rate=8,9 --out {tmp}/s.txt', 'use a file ending in .csv, .parquet'),
+    ('sweep --vary rate=8,9 --out {tmp}/results', 'use a file ending in .csv, .parquet'),
     ('sweep --vary rate=8,9 --plot {tmp}/p.jpg', 'use a file ending in .png, .svg, .pdf, .html'),
     ('sweep --vary rate=8,9 --plot /nonexistent/p.png', "--plot '/nonexistent/p.png': directory '/nonexistent' does n"),
     ('sweep --vary rate=8,9 --workers 0', '--workers must be >= 1, got 0'),
@@ -398,18 +400,26 @@ WEB_SIMULATE_CASES = [
     ({"dvfs": "yes"}, 422, "invalid --dvfs"),
     ({"decode_prefix_cache": "true"}, 422, "invalid --decode-prefix-cache"),
     ({"model": 7}, 422, "invalid --model (got 7)"),
-    ({"model": "nope"}, 422, "unknown model 'nope'; valid choices:"),
+    ({"model": "nope"}, 422, "invalid --model: unknown model 'nope'; valid choices:"),
     ({"model": "x" * 50_000}, 422, "(50,002 chars); valid choices:"),
     ({"model": "llama3-70b"}, 422, "does not fit the prefill pool"),
-    ({"device": "nope"}, 422, "unknown device 'nope'"),
-    ({"prefill_device": "tpu"}, 422, "unknown device 'tpu'"),
+    ({"device": "nope"}, 422, "invalid --device: unknown device 'nope'"),
+    ({"prefill_device": "tpu"}, 422, "invalid --prefill-device: unknown device 'tpu'"),
+    ({"decode_device": "tpu"}, 422, "invalid --decode-device: unknown device 'tpu'; valid choices:"),
+    ({"tp": 1, "scale_up_link": "nope"}, 422, "invalid --scale-up-link: unknown link 'nope'; valid choices:"),
+    ({"kv_policy": "paged", "preemption": "swap", "host_link": "nope"}, 422, "invalid --host-link: unknown link 'nope'"),
+    ({"speculative": "nope"}, 422, "invalid --speculative: unknown draft 'nope'; valid choices:"),
+    ({"model": "mixtral-8x7b", "devices_per_instance": 2, "batch_policy": "chunked"}, 422,
+     "the serving levers and sessions are modelled for dense full-attention models; mixtral-8x7b"),
+    ({"model": "deepseek-v3", "devices_per_instance": 16, "workload": "chat"}, 422,
+     "the serving levers and sessions are modelled for dense full-attention models; deepseek-v3"),
     ({"decode_device": ["h100"]}, 422, "invalid --decode-device"),
-    ({"link": "carrier-pigeon"}, 422, "unknown link 'carrier-pigeon'"),
+    ({"link": "carrier-pigeon"}, 422, "invalid --link: unknown link 'carrier-pigeon'"),
     ({"link": None}, 422, "invalid --link"),
     ({"mode": "both"}, 422, "invalid --mode (got 'both')"),
     ({"mode": "colocated", "kv_compress": "fp8"}, 422, "KV compression needs a hand-off"),
     ({"mode": "colocated", "send": "layerwise"}, 422, "they need --mode disagg"),
-    ({"kv_compress": "zip"}, 422, "unknown codec 'zip'"),
+    ({"kv_compress": "zip"}, 422, "invalid --kv-compress: unknown codec 'zip'"),
     ({"kv_compress_at": "cloud"}, 422, "invalid --kv-compress-at (got 'cloud')"),
     ({"kv_keep": 0.5}, 422, "--kv-keep applies only to --kv-compress freq-keep-k"),
     ({"kv_compress": "freq-keep-k", "kv_keep": 0}, 422, "invalid --kv-keep"),
@@ -467,11 +477,12 @@ WEB_HANDOFF_CASES = [
     ("prompt=1&prompt=2", "parameter prompt given more than once"),
     ("model=nope", "unknown model 'nope'"),
     ("model=" + "y" * 50_000, "(50,002 chars); valid choices:"),
-    ("link=nope", "unknown link 'nope'"),
-    ("device=nope", "unknown device 'nope'"),
+    ("link=nope", "invalid --link: unknown link 'nope'"),
+    ("device=nope", "invalid --device: unknown device 'nope'"),
+    ("speculative=nope", "invalid --speculative: unknown draft 'nope'; valid choices:"),
     ("devices_per_instance=0", "invalid --devices-per-instance"),
     ("devices_per_instance=2000", "invalid --devices-per-instance"),
-    ("kv_compress=nope", "unknown codec 'nope'"),
+    ("kv_compress=nope", "invalid --kv-compress: unknown codec 'nope'"),
     ("kv_keep=0.5", "--kv-keep needs a codec"),
     ("kv_ratio=3", "--kv-ratio needs a codec"),
     ("kv_compress=fp8&kv_ratio=3", "--kv-ratio applies only to a 'ratio' codec"),
@@ -490,13 +501,22 @@ WEB_HANDOFF_CASES = [
 
 @pytest.fixture(scope="module")
 def client():
+    """The web app with no simulation worker at all: every bad request must be answered by the
+    request handler itself (a worker starting, busy or replaced must never decide a 4xx)."""
     pytest.importorskip("fastapi")
     pytest.importorskip("httpx")
     from fastapi.testclient import TestClient
 
     from kvcargo.web.app import create_app
+    from kvcargo.web.workers import WorkerFailed
 
-    with TestClient(create_app(max_requests=50_000, timeout_s=60)) as c:
+    async def no_worker(job: dict) -> None:
+        raise WorkerFailed("a bad request reached a simulation worker")
+
+    app = create_app(max_requests=50_000, timeout_s=60)
+    app.state.pool.warm = lambda: None
+    app.state.pool.run = no_worker
+    with TestClient(app) as c:
         yield c
 
 
@@ -522,3 +542,20 @@ def test_malformed_simulation_bodies_get_a_4xx_json_line(client, raw: bytes, sta
 @pytest.mark.parametrize("query, expected", WEB_HANDOFF_CASES, ids=[q[:50] for q, _ in WEB_HANDOFF_CASES])
 def test_bad_calculator_queries_get_a_422_json_line(client, query: str, expected: str) -> None:
     _one_line_error(client.get("/api/handoff?" + query), 422, expected)
+
+
+def test_an_unknown_catalog_key_names_its_parameter(client) -> None:
+    """Every parameter that names a catalog entry, on both endpoints: 422 from the handler (no
+    worker here), the parameter in ``field`` (the page marks it and shows its label) and the choices."""
+    from kvcargo.web.checks import CATALOG_FIELDS
+    from kvcargo.web.service import HandoffParams
+
+    for name in CATALOG_FIELDS:
+        r = client.post("/api/simulate", json={name: "nope"} | ({"tp": 1} if name == "scale_up_link" else {})
+                        | ({"kv_policy": "paged", "preemption": "swap"} if name == "host_link" else {}))
+        _one_line_error(r, 422, f"invalid --{name.replace('_', '-')}: unknown ")
+        assert r.json()["field"] == name and "; valid choices: " in r.json()["error"]
+        if name in HandoffParams.model_fields:
+            r = client.get(f"/api/handoff?{name}=nope")
+            _one_line_error(r, 422, f"invalid --{name.replace('_', '-')}: unknown ")
+            assert r.json()["field"] == name

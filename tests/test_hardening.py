@@ -165,3 +165,12 @@ def test_local_backend_with_a_script_on_stdin_says_what_is_wrong() -> None:
     assert r.stderr.strip().splitlines()[-1].endswith(
         "'<stdin>' is not a file (a script on standard input?): save it to a file and run that, or use one "
         "worker (workers=1 runs in this process)")
+
+
+def test_a_sweep_legend_names_an_unset_codec_as_the_page_does() -> None:
+    """``kv-compress=default`` (no codec) and the ``none`` codec (an in-transit stage) are two
+    different runs: their legends must differ."""
+    from kvcargo.report.plots import series_of
+
+    rows = [{"rate": 8.0, "kv_compress": None}, {"rate": 8.0, "kv_compress": "none"}]
+    assert list(series_of(rows, "rate", ["kv_compress"])) == ["kv-compress=uncompressed", "kv-compress=none"]

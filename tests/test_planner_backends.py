@@ -32,6 +32,16 @@ def explode(x: int) -> int:
     return x * x
 
 
+def die_once(item: tuple[str, int]) -> int:
+    """``x * x``; the process running item 2 dies the first time (a lost worker, then a retry)."""
+    folder, x = item
+    marker = os.path.join(folder, f"died-{x}")
+    if x == 2 and not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)
+    return x * x
+
+
 @pytest.fixture(scope="module")
 def local_rows() -> list[dict]:
     with LocalBackend(2, inline_seconds=0) as be:
@@ -78,7 +88,9 @@ def test_unknown_backend_and_bad_workers() -> None:
 @pytest.fixture(scope="module")
 def ray_instance():
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    path = os.pathsep.join(filter(None, [os.path.dirname(__file__), os.environ.get("PYTHONPATH")]))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path}})  # the workers import this file's functions
     yield ray
     ray.shutdown()
 
@@ -95,9 +107,43 @@ def test_ray_gives_the_same_rows_as_local(ray_instance, local_rows: list[dict], 
     assert ray_instance.is_initialized()  # an instance the backend did not start is left running
 
 
+@pytest.mark.ray
+def test_ray_runs_a_lost_task_again(ray_instance, tmp_path) -> None:
+    with get_backend("ray") as be:
+        out = dict(be.map(die_once, [(str(tmp_path), x) for x in range(6)]))
+    assert out == {x: x * x for x in range(6)} and (tmp_path / "died-2").exists()
+
+
 @pytest.mark.dask
 def test_dask_gives_the_same_rows_as_local(local_rows: list[dict]) -> None:
     pytest.importorskip("distributed")
     with get_backend("dask", workers=2) as be:
         res = run_sweep(GRID, be)
     assert same_rows(res.rows, local_rows)
+
+
+def test_a_lost_chunk_is_submitted_again_and_delivered_once() -> None:
+    """``gather``: a task that fails (a lost worker, node or object; not a run's exception) is
+    submitted again; each index is yielded exactly once, from a whole chunk; past the retries its
+    runs become TaskErrors."""
+    from kvcargo.planner.backends import gather
+
+    submitted: list[range] = []
+    lost = {range(2, 4): 2, range(4, 6): 99}  # chunk -> how many of its submissions are lost
+
+    def submit(r: range) -> tuple[range, int]:
+        submitted.append(r)
+        return r, submitted.count(r)
+
+    def get(handle: tuple[range, int]) -> list[int]:
+        r, attempt = handle
+        if attempt <= lost.get(r, 0):
+            raise ConnectionError(f"lost {r.start}")
+        return [i * i for i in r]
+
+    out = list(gather([range(0, 2), range(2, 4), range(4, 6)], submit, lambda hs: hs[:1], get, "a task", retries=3))
+    assert sorted(i for i, _ in out) == list(range(6))  # every index once
+    assert dict(out)[2] == 4 and dict(out)[3] == 9  # delivered by its third submission
+    assert submitted.count(range(2, 4)) == 3 and submitted.count(range(4, 6)) == 4
+    assert all(isinstance(dict(out)[i], TaskError) for i in (4, 5))
+    assert dict(out)[4].message.startswith("a task failed (after 4 tries): ConnectionError: lost 4 (at ")

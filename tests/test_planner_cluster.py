@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,7 +132,6 @@ def ray_driver(procs: Processes, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.mark.ray
-@pytest.mark.skipif(os.environ.get("CI") == "true", reason="Ray nodes of one machine lose objects (OwnerDiedError) under load; run with -m ray locally")
 def test_ray_head_and_second_node_give_the_local_rows_and_survive_a_lost_node(procs, local_rows, monkeypatch) -> None:
     ray = pytest.importorskip("ray")
     address = ray_driver(procs, monkeypatch)
@@ -149,7 +147,6 @@ def test_ray_head_and_second_node_give_the_local_rows_and_survive_a_lost_node(pr
 
 
 @pytest.mark.ray
-@pytest.mark.skipif(os.environ.get("CI") == "true", reason="Ray nodes of one machine lose objects (OwnerDiedError) under load; run with -m ray locally")
 def test_ray_sweep_resumes_after_its_driver_is_killed(procs, local_rows, tmp_path: Path, monkeypatch) -> None:
     ray = pytest.importorskip("ray")
     address = ray_driver(procs, monkeypatch)

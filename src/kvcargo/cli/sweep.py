@@ -126,6 +126,7 @@ def check_outputs(out: str | None, plot: str | None) -> None:
     from kvcargo.report.plots import check_plot
 
     if out:
+        check_output(out, "--out", (".csv", ".parquet"))
         for path in output_paths(out):
             check_output(path, "--out")
     if plot:

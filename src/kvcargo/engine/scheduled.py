@@ -644,9 +644,7 @@ class Sim:
         c, w = res.config, res.workload
         self.res = res
         model = res.model
-        if model.experts or model.sliding_window is not None or model.kv_layout == "mla":
-            raise KvcargoError(f"the serving levers and sessions are modelled for dense full-attention models; "
-                               f"{model.key} is not one")
+        check_model(res)
         self.mi, self.mf = model_coefficients(model, c.lm_head)
         kv_tok = int(shape(model).kv_per_token)
         host = res.catalog.link(c.host_link or DEFAULT_HOST_LINK)
@@ -820,6 +818,14 @@ def uses_scheduled_engine(res: Resolved) -> bool:
     """A serving lever is on, or sessions release turns in a closed loop."""
     s = res.workload.sessions
     return res.config.scheduled or (s is not None and s.closed_loop)
+
+
+def check_model(res: Resolved) -> None:
+    """Refuse a model this engine does not model, when the run would use it (before it starts)."""
+    m = res.model
+    if uses_scheduled_engine(res) and (m.experts or m.sliding_window is not None or m.kv_layout == "mla"):
+        raise KvcargoError(f"the serving levers and sessions are modelled for dense full-attention models; "
+                           f"{m.key} is not one")
 
 
 def _sum(values) -> float:

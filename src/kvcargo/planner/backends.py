@@ -2,9 +2,12 @@
 
 ``map`` yields ``(index, result)`` pairs as runs finish (so a progress bar can move); callers
 put them back in ``items`` order, which is why the results never depend on the backend. ``fn``
-must be a module-level function (it is pickled to the workers). An exception inside ``fn`` or a
-worker that dies is yielded as a :class:`TaskError` in place of that item's result, so one bad
-run never stops the others.
+must be a module-level function (it is pickled to the workers). An exception inside ``fn`` is
+yielded as a :class:`TaskError` in place of that item's result, so one bad run never stops the
+others. On Ray and Dask a chunk whose task is lost (its worker or node died, its result vanished
+with a node, its owner lost track of it) is submitted again, up to :data:`RETRIES` times, before
+its runs become TaskErrors; a chunk's results are yielded once, whole, so nothing is duplicated
+or half-delivered. A local worker that dies breaks the whole pool: its runs become TaskErrors.
 
 * ``local`` (default): every core of this machine, one process each (``spawn``, so the workers
   start clean and load the simulator's compiled cache from disk). A small job never starts them:
@@ -29,22 +32,29 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kvcargo.errors import KvcargoError
 
 BACKENDS = ("local", "ray", "dask")
+RETRIES = 3
+"""Times a Ray or Dask chunk whose task was lost is submitted again (a run's own exception is a
+result, never retried)."""
 CONNECT_TIMEOUT_S = 60.0
 """How long to wait for a Dask scheduler to answer and for its first worker to join."""
 INLINE_SECONDS = 4.0
 """CPU seconds of runs the local backend does in its own process before it starts worker processes
 (each pays 1-2 s to import kvcargo and load the compiled engine on this project's 2-core
 machine, so on two cores the pool only pays for jobs of several seconds more)."""
+H = TypeVar("H")
+"""A submitted task's handle (a future, a Ray object reference)."""
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -70,7 +80,7 @@ def describe_exception(exc: BaseException) -> str:
         return str(exc)
     where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     at = f" (at {os.path.basename(where[0].filename)}:{where[0].lineno})" if where else ""
-    return f"{type(exc).__name__}: {exc}{at}".replace("\n", " ")
+    return ANSI.sub("", f"{type(exc).__name__}: {exc}{at}".replace("\n", " "))  # Ray colours its errors
 
 
 def run_chunk(fn: Callable[[Any], Any], chunk: Sequence[Any]) -> list[Any]:
@@ -153,13 +163,10 @@ class LocalBackend(Backend):
         if first == len(items):
             return
         pool = self._executor()
-        pending = {pool.submit(run_chunk, fn, [items[first + i] for i in r]): range(first + r.start, first + r.stop)
-                   for r in chunks(len(items) - first, self.workers)}
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in done:
-                r = pending.pop(fut)
-                yield from _chunk_results(r, fut.result, "a worker process")
+        parts = [range(first + r.start, first + r.stop) for r in chunks(len(items) - first, self.workers)]
+        yield from gather(parts, lambda r: pool.submit(run_chunk, fn, [items[i] for i in r]),
+                          lambda fs: wait(fs, return_when=FIRST_COMPLETED).done, lambda f: f.result(),
+                          "a worker process", retries=0)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -179,14 +186,24 @@ def _check_main_importable() -> None:
                            "one worker (workers=1 runs in this process)")
 
 
-def _chunk_results(r: range, get: Callable[[], list[Any]], who: str) -> Iterator[tuple[int, Any]]:
-    """The results of one chunk, or one TaskError per item when the chunk itself failed."""
-    try:
-        results = get()
-    except Exception as exc:  # noqa: BLE001 - a dead worker fails its runs, not the sweep
-        err = TaskError(f"{who} failed: {describe_exception(exc)}", type(exc).__name__)
-        results = [err] * len(r)
-    yield from zip(r, results)
+def gather(parts: Sequence[range], submit: Callable[[range], H], first_done: Callable[[list[H]], Iterable[H]],
+           get: Callable[[H], list[Any]], who: str, retries: int = RETRIES) -> Iterator[tuple[int, Any]]:
+    """Submit one task per chunk of item indices; yield ``(index, result)`` for a whole chunk as
+    soon as its task is done. A task that failed (not a run: those are TaskErrors in its result) is
+    submitted again up to ``retries`` times, then yields one TaskError per item."""
+    pending = {submit(r): (r, 0) for r in parts}
+    while pending:
+        for handle in first_done(list(pending)):
+            r, tries = pending.pop(handle)
+            try:
+                results = get(handle)
+            except Exception as exc:  # noqa: BLE001 - a lost task fails its runs, not the sweep
+                if tries < retries:
+                    pending[submit(r)] = (r, tries + 1)
+                    continue
+                again = f" (after {tries + 1} tries)" if tries else ""
+                results = [TaskError(f"{who} failed{again}: {describe_exception(exc)}", type(exc).__name__)] * len(r)
+            yield from zip(r, results)
 
 
 class RayBackend(Backend):
@@ -217,7 +234,7 @@ class RayBackend(Backend):
             self._started = True
         self._fixed = workers
         self.workers = workers or self._cpus()
-        self._remote = ray.remote(run_chunk)
+        self._remote = ray.remote(max_retries=0)(run_chunk)  # lost tasks: gather() submits them again
 
     def _cpus(self) -> int:
         return max(1, int(self._ray.cluster_resources().get("CPU", 1)))
@@ -225,13 +242,11 @@ class RayBackend(Backend):
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
         ray = self._ray
         self.workers = self._fixed or self._cpus()  # nodes may have joined or left since
-        fn_ref = ray.put(fn)
-        pending = {self._remote.remote(fn_ref, [items[i] for i in r]): r for r in chunks(len(items), self.workers)}
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                r = pending.pop(ref)
-                yield from _chunk_results(r, lambda ref=ref: ray.get(ref), "a Ray task")
+        # fn travels by value in every task (a module-level function pickles to its name): an object
+        # put in the store would be one more thing a lost node or a busy owner can lose
+        yield from gather(chunks(len(items), self.workers),
+                          lambda r: self._remote.remote(fn, [items[i] for i in r]),
+                          lambda refs: ray.wait(refs, num_returns=1)[0], ray.get, "a Ray task")
 
     def close(self) -> None:
         if self._started:
@@ -273,14 +288,13 @@ class DaskBackend(Backend):
         return max(1, sum(self._client.nthreads().values()))
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
-        from distributed import as_completed
+        from distributed import wait as dask_wait
 
         self.workers = self._fixed or self._threads()  # workers may have joined or left since
-        parts = chunks(len(items), self.workers)
-        futures = [self._client.submit(run_chunk, fn, [items[i] for i in r], pure=False) for r in parts]
-        index = {f.key: r for f, r in zip(futures, parts)}
-        for fut in as_completed(futures):
-            yield from _chunk_results(index[fut.key], fut.result, "a Dask task")
+        yield from gather(chunks(len(items), self.workers),
+                          lambda r: self._client.submit(run_chunk, fn, [items[i] for i in r], pure=False),
+                          lambda fs: dask_wait(fs, return_when="FIRST_COMPLETED").done, lambda f: f.result(),
+                          "a Dask task")
 
     def close(self) -> None:
         self._client.close()

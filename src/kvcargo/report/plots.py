@@ -58,9 +58,10 @@ def _plotly():
 
 
 def _value_label(key: str, value: Any) -> str:
-    """A run's value as a legend shows it: an unset field by what it means (``kv-compress=none``)."""
+    """A run's value as a legend shows it: an unset field by what it means (``kv-compress=uncompressed``,
+    as the page says: ``none`` is a codec of its own, with an in-transit stage)."""
     if value is None:
-        return "none" if key == "kv_compress" else "default"
+        return "uncompressed" if key == "kv_compress" else "default"
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
@@ -121,8 +122,15 @@ def sweep_figure(rows: Sequence[dict[str, Any]], path: str | Path, x: str = "rat
             ax.set_title(title)
             ax.set_xlabel(xlabel)
             ax.grid(alpha=0.3)
+            if scale == 100.0:  # a percentage: no axis beyond 0-100% (a flat 100% line is drawn at the top)
+                lo, hi = ax.get_ylim()
+                ax.set_ylim(max(lo, 0.0), min(hi, 101.0))
             if key in ("ttft_p99", "tpot_p99"):
-                ax.set_yscale("log")
+                from matplotlib.ticker import LogFormatter
+
+                ax.set_yscale("log")  # ticks as plain numbers (20, not 2×10¹), minor ones thinned as usual
+                ax.yaxis.set_major_formatter(LogFormatter())
+                ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
         axes.flat[0].legend(fontsize=7)
         fig.suptitle("kvcargo sweep")
         fig.savefig(path, dpi=120)

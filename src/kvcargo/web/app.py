@@ -22,13 +22,15 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kvcargo import __version__
-from kvcargo.config import DEFAULT_RATE
+from kvcargo import catalog as catalog_mod
+from kvcargo.config import DEFAULT_RATE, SimConfig
 from kvcargo.errors import KvcargoError, shown
+from kvcargo.web import checks, service
 from kvcargo.web import presets as presets_mod
-from kvcargo.web import service
 from kvcargo.web.workers import SimPool, SimulationTimeout, SimulatorBusy, WorkerFailed
 
 STATIC = Path(str(resources.files("kvcargo.web").joinpath("static")))
@@ -156,6 +158,7 @@ def create_app(max_requests: int = 20_000, timeout_s: float = 30.0, workers: int
     def handoff(request: Request) -> dict[str, Any]:
         """The calculator (``kvcargo handoff --json``); query parameters as the CLI's options."""
         params = service.parse_handoff(request.query_params.multi_items())
+        checks.check_catalog_keys(params.model_dump(), catalog_mod.load(catalog_files))
         return service.handoff(params, catalog_files)
 
     @app.get("/api/catalog")
@@ -171,13 +174,20 @@ def create_app(max_requests: int = 20_000, timeout_s: float = 30.0, workers: int
         """The chapter's scenarios as simulation parameters, with the figures the chapter quotes."""
         return presets_mod.presets()
 
+    def checked_simulation(body: dict[str, Any]) -> SimConfig:
+        """The body as a configuration that passed every check a run makes before its engine
+        starts: a bad request is answered here, never by a worker."""
+        config = service.check_simulation(body, max_requests, catalog_files)
+        checks.check_run(config)
+        return config
+
     @app.post("/api/simulate")
     async def simulate(request: Request) -> Response:
         """One simulation (``kvcargo simulate --json``) plus the page's table and plot data."""
         body = await _read_json(request)
         if not isinstance(body, dict):
             return _error(400, "the body must be a JSON object of simulation parameters")
-        config = service.check_simulation(body, max_requests, catalog_files)
+        config = await run_in_threadpool(checked_simulation, body)
         try:
             payload = await pool.run({"config": config.model_dump()})
         except SimulationTimeout as exc:
