@@ -872,7 +872,11 @@ def lever_metrics(sim: Sim) -> dict[str, Any]:
 
 def run_scheduled(res: Resolved):  # type: ignore[no-untyped-def]
     """Simulate a configuration with the scheduled engine; the same record as the plain one."""
+    from kvcargo.engine import sched_run
     from kvcargo.engine.cluster import EngineOutput
+
+    if sched_run.handles(res):
+        return sched_run.run_arrays(res)
 
     sim = Sim(res)
     sim.run()
