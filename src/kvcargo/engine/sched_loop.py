@@ -328,7 +328,7 @@ def submit(st, d, r):
     poke(st, d)
 
 
-@kernel
+@kernel(inline=True)
 def arrive(st, r):
     """Request ``r`` arrives: rejected with its later turns, or routed to an instance."""
     npre = st.cfg[C_NPRE]
@@ -406,7 +406,7 @@ def link_trigger(st):
         schedule(st, st.gf[F_NOW], NORMAL, XFER_GRANT, r)
 
 
-@kernel
+@kernel(inline=True)
 def transfer_event(st, kind, r):
     """The hand-off process of request ``r``: start (request a channel), granted, done."""
     now = st.gf[F_NOW]
@@ -451,7 +451,7 @@ def snap_row(st, d, r, c):
     st.ii[d, N_CHUNK] += 1
 
 
-@kernel
+@kernel(inline=True)
 def start_step(st, d, kind):
     """Price the step over the snapshot (decode rows, then chunks), add any host-link time owed,
     accumulate the occupancy integrals from the state before it, log it and wait it out."""
@@ -463,20 +463,24 @@ def start_step(st, d, kind):
     last = 0
     ep_ops = 0.0
     ep_bytes = 0.0
+    ri, rf, snap, snapc = st.ri, st.rf, st.snap, st.snapc
+    endpoint = role == PREFILL and st.cfg[C_ENDPOINT]
+    recomputed = 0
     for k in range(ndec, ndec + nch):
-        r, c = st.snap[d, k], st.snapc[d, k]
-        done = st.ri[r, DONE_TOK]
+        r, c = snap[d, k], snapc[d, k]
+        done = ri[r, DONE_TOK]
         c_sum += c
         attn += c * (2 * done + c + 1)
         kv += done + c
-        st.ii[d, COMPUTED] += c
-        if st.ri[r, TOK] > 0:
-            st.ii[d, RECOMPUTED] += c
-        if done + c == st.ri[r, T]:
+        if ri[r, TOK] > 0:
+            recomputed += c
+        if done + c == ri[r, T]:
             last += 1
-            if role == PREFILL and st.cfg[C_ENDPOINT] and st.ri[r, O] > 1:
-                ep_ops += st.rf[r, EP_OPS]
-                ep_bytes += st.rf[r, EP_BYTES]
+            if endpoint and ri[r, O] > 1:
+                ep_ops += rf[r, EP_OPS]
+                ep_bytes += rf[r, EP_BYTES]
+    st.ii[d, COMPUTED] += c_sum
+    st.ii[d, RECOMPUTED] += recomputed
     context = st.ii[d, CONTEXT] if ndec else 0  # the decode rows are every decoding row
     flops, nbytes = mixed_work(st.mi, st.mf, ndec, context, c_sum, attn, kv, last)
     hf = st.hf[st.ii[d, POOL]]
@@ -548,18 +552,23 @@ def chunked_rows(st, d):
     (§2.4); whether the step runs."""
     grow(st, d)
     budget = st.cfg[C_BUDGET]
+    ri, run, snap, snapc = st.ri, st.run, st.snap, st.snapc
     n = st.ii[d, N_RUN] - st.ii[d, N_PREFILLING]
     st.ii[d, N_DEC] = n
     k_dec = 0
+    k_chunk = n
     for k in range(st.ii[d, N_RUN]):
-        r = st.run[d, k]
-        if st.ri[r, DONE_TOK] >= st.ri[r, T]:
-            st.snap[d, k_dec] = r
+        r = run[d, k]
+        if ri[r, DONE_TOK] >= ri[r, T]:
+            snap[d, k_dec] = r
             k_dec += 1
         elif n < budget:
-            c = min(st.ri[r, T] - st.ri[r, DONE_TOK], budget - n)
+            c = min(ri[r, T] - ri[r, DONE_TOK], budget - n)
             n += c
-            snap_row(st, d, r, c)
+            snap[d, k_chunk] = r
+            snapc[d, k_chunk] = c
+            k_chunk += 1
+    st.ii[d, N_CHUNK] = k_chunk - st.ii[d, N_DEC]
     while st.ii[d, Q_LEN] > 0 and n < budget and st.ii[d, N_RUN] < st.ii[d, MAX_ROWS] and st.ii[d, SW_LEN] == 0:
         r = try_admit(st, d)
         if r < 0:
@@ -585,6 +594,17 @@ def boundary(st, d):
 @kernel
 def begin(st, d):
     """One pass of the instance's loop (§2.2): start a step, or sleep."""
+    kind = _next_step(st, d)
+    if kind < 0:
+        st.ii[d, STATE] = SLEEPING
+    else:
+        start_step(st, d, kind)
+
+
+@kernel(inline=True)
+def _next_step(st, d):
+    """Loop until a step is chosen (its kind, its rows in the snapshot) or the instance has
+    nothing to do (-1)."""
     policy = st.cfg[C_POLICY]
     role = st.ii[d, ROLE]
     while True:
@@ -595,26 +615,14 @@ def begin(st, d):
         if st.ii[d, SW_LEN] > 0:
             swap_in(st, d)
         if policy == CHUNKED:
-            if chunked_rows(st, d):
-                start_step(st, d, CHUNKED_STEP)
-            else:
-                st.ii[d, STATE] = SLEEPING
-            return
-        if policy == DECODE_PRIORITY and role != PREFILL and st.ii[d, N_RUN] > 0:
-            if decode_rows(st, d):
-                start_step(st, d, DECODE_STEP)
-                return
-            continue
-        if prompt_batch(st, d) > 0:
-            start_step(st, d, PROMPT_STEP)
-            return
-        if st.ii[d, N_RUN] > 0:
-            if decode_rows(st, d):
-                start_step(st, d, DECODE_STEP)
-                return
-            continue
-        st.ii[d, STATE] = SLEEPING
-        return
+            return CHUNKED_STEP if chunked_rows(st, d) else -1
+        if policy != DECODE_PRIORITY or role == PREFILL or st.ii[d, N_RUN] == 0:
+            if prompt_batch(st, d) > 0:
+                return PROMPT_STEP
+            if st.ii[d, N_RUN] == 0:
+                return -1
+        if decode_rows(st, d):  # decode-priority with rows running, or no prompt admitted
+            return DECODE_STEP
 
 
 @kernel(inline=True)
@@ -644,24 +652,37 @@ def advance(st, d):
     """Every decode row of the step got its next token; those at their length finish, in row
     order, once all have advanced."""
     ndec = st.ii[d, N_DEC]
+    ri, rf, runi, snap = st.ri, st.rf, st.runi, st.snap  # locals: no reference counting per row
+    now = st.gf[F_NOW]
+    j, prev = st.ii[d, CUR_LOG], st.ii[d, PREV_LOG]
     finished = 0
+    steady = 0
     for k in range(ndec):
-        r = st.snap[d, k]
-        token(st, d, r, False)
-        if st.ri[r, TOK] >= st.ri[r, O]:
+        r = snap[d, k]
+        if ri[r, LAST_STEP] == prev:  # its run goes on (token's first case, inlined)
+            runi[ri[r, RUN], RUN_M] += 1
+            ri[r, LAST_STEP] = j
+            ri[r, TOK] += 1
+            rf[r, LAST] = now
+            steady += 1
+        else:
+            token(st, d, r, False)
+        if ri[r, TOK] >= ri[r, O]:
             finished += 1
+    st.ii[d, CONTEXT] += steady
+    st.ii[d, TOKENS] += steady
     if finished:
         for k in range(ndec):
-            r = st.snap[d, k]
-            if st.ri[r, TOK] >= st.ri[r, O]:
+            r = snap[d, k]
+            if ri[r, TOK] >= ri[r, O]:
                 run_remove(st, d, r)
         for k in range(ndec):
-            r = st.snap[d, k]
-            if st.ri[r, TOK] >= st.ri[r, O]:
+            r = snap[d, k]
+            if ri[r, TOK] >= ri[r, O]:
                 end(st, d, r)
 
 
-@kernel
+@kernel(inline=True)
 def step_end(st, d):
     """The step in flight on ``d`` ended: its rows advance, its prompts complete."""
     kind = st.ii[d, STEP_KIND]

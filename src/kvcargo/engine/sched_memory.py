@@ -158,11 +158,12 @@ def run_insert(st, d, r):
 def run_remove(st, d, r):
     """Remove ``r`` from the running list (a prefilling row also leaves the prefilling count)."""
     n = st.ii[d, N_RUN]
+    run = st.run
     k = 0
-    while st.run[d, k] != r:
+    while run[d, k] != r:
         k += 1
     while k < n - 1:
-        st.run[d, k] = st.run[d, k + 1]
+        run[d, k] = run[d, k + 1]
         k += 1
     st.ii[d, N_RUN] = n - 1
     _count(st, d, r, -1)
@@ -317,14 +318,16 @@ def grow(st, d):
     """Give decoding rows the blocks their next token needs, preempting the latest (§3.2)."""
     if st.cfg[C_KVP] != PAGED:
         return
+    ri, run = st.ri, st.run  # locals: no reference counting per row
+    unit = st.ii[d, UNIT]
     i = 0
     while i < st.ii[d, N_RUN]:
-        r = st.run[d, i]
-        if st.ri[r, DONE_TOK] < st.ri[r, T]:
+        r = run[d, i]
+        if ri[r, DONE_TOK] < ri[r, T]:
             i += 1
             continue
-        n = units(st, d, st.ri[r, P] + st.ri[r, TOK])
-        if n <= st.ri[r, ALLOC]:
+        n = -(-(ri[r, P] + ri[r, TOK]) // unit)
+        if n <= ri[r, ALLOC]:
             i += 1
             continue
         while True:

@@ -27,12 +27,13 @@ PROMPT_STEP, DECODE_STEP, CHUNKED_STEP = range(3)
 SPAN_RECOMPUTE, SPAN_SWAP = range(2)
 
 # ``rf``: per-request floats.
-(ARR, PS, FIRST, KS, KR, DS, FIN, LAST, PREEMPTED_AT, THINK, XFER_T, XFER_J, TRANSIT_J, EP_OPS,
+(LAST, ARR, PS, FIRST, KS, KR, DS, FIN, PREEMPTED_AT, THINK, XFER_T, XFER_J, TRANSIT_J, EP_OPS,
  EP_BYTES) = range(15)
 # ``ri``: per-request integers (TOK: tokens out; LAST_STEP: the logged step of its last token,
-# -2 if that step was not logged; RUN: its current run of token gaps, -1 none).
-(P, O, T, DONE_TOK, BASE, ALLOC, TOK, SWAPPED_UNITS, HELD, STATUS, PINST, DINST, NEXT, SUCC, LAST_STEP,
- RUN) = range(16)
+# -2 if that step was not logged; RUN: its current run of token gaps, -1 none). What every step
+# reads of a running row comes first: one cache line.
+(P, O, T, DONE_TOK, ALLOC, TOK, LAST_STEP, RUN, BASE, SWAPPED_UNITS, HELD, STATUS, PINST, DINST, NEXT,
+ SUCC) = range(16)
 # ``ii``: per-instance integers (N_PREFILLING: running rows still prefilling).
 (ROLE, POOL, INDEX, CAP, UNIT, WMARK, MAX_ROWS, USED, Q_HEAD, Q_TAIL, Q_LEN, Q_TOKENS, IB_HEAD, IB_TAIL, IB_LEN,
  IN_FLIGHT, L_HEAD, L_TAIL, L_LEN, SW_HEAD, SW_LEN, N_RUN, N_PREFILLING, STATE, STEP_KIND, N_DEC, N_CHUNK,
