@@ -591,7 +591,7 @@ def boundary(st, d):
         run_insert(st, d, r)
 
 
-@kernel
+@kernel(inline=True)
 def begin(st, d):
     """One pass of the instance's loop (§2.2): start a step, or sleep."""
     kind = _next_step(st, d)
@@ -714,9 +714,9 @@ def step_end(st, d):
 def run_events(st):
     """Simulate until every request is settled (FINISHED), a table is full (grow it and call
     again: it resumes where it paused) or no event is left (STALLED)."""
-    if st.g[G_SEQ] == 0:  # a fresh run: every instance's loop starts, then the arrivals
+    if st.g[G_SEQ] == 0:  # a fresh run: every instance's loop starts (urgent), then the arrivals
         for d in range(st.ii.shape[0]):
-            begin(st, d)
+            schedule(st, 0.0, URGENT, WAKE, d)
         next_arrival(st)
     room_needed = 2 * st.run.shape[1] + 16
     while st.g[G_STOP] == 0:
@@ -732,11 +732,10 @@ def run_events(st):
             return SPANS_FULL
         t, kind, idx = pop_event(st)
         st.gf[F_NOW] = t
-        if kind == STEP_END:
-            step_end(st, idx)
-            begin(st, idx)
-        elif kind == WAKE:
-            begin(st, idx)
+        if kind == STEP_END or kind == WAKE:
+            if kind == STEP_END:
+                step_end(st, idx)
+            begin(st, idx)  # its only call: inlined
         elif kind == ARRIVE:
             arrive(st, st.roots[idx])
             st.g[G_NEXT_ROOT] = idx + 1
