@@ -18,12 +18,11 @@ from kvcargo.config import Resolved
 from kvcargo.cost import kv_capacity, model_coefficients, shape
 from kvcargo.engine import sched_state as S
 from kvcargo.engine.sched_gaps import per_request
+from kvcargo.engine.scheduled import WATERMARK, _sum
 from kvcargo.errors import KvcargoError
 from kvcargo.handoff import endpoint_work, transfers
 from kvcargo.serving import DEFAULT_BLOCK, DEFAULT_HOST_LINK, DEFAULT_MAX_SEQ_LEN, DEFAULT_PREEMPTION
 
-WATERMARK = 0.01
-"""Share of a paged colocated or decode instance's blocks kept free at admission."""
 PLAIN_S_PER_TOKEN = 4e-6
 """Seconds of plain Python per output token (the event loop's per-row work, 2-core machine)."""
 EXPANDED_GAPS_MAX = 4_000_000
@@ -127,14 +126,6 @@ def simulate_arrays(st: S.SchedState) -> S.SchedState:
     return st
 
 
-def _sum(values: Any) -> float:
-    """Left-to-right float sum, in instance order (as the companion adds its totals)."""
-    total = 0.0
-    for v in values:
-        total += float(v)
-    return total
-
-
 def lever_metrics(res: Resolved, st: S.SchedState) -> dict[str, Any]:
     """The summary keys the levers add (levers-serving §9)."""
     c = res.config
@@ -142,8 +133,8 @@ def lever_metrics(res: Resolved, st: S.SchedState) -> dict[str, Any]:
     served = range(npre, len(st.ii))
     every = range(len(st.ii))
     fi, ii = st.fi, st.ii
-    busy = _sum(fi[d, S.BUSY] for d in served)
-    alloc = _sum(fi[d, S.ALLOC_INT] for d in served)
+    busy = _sum(float(fi[d, S.BUSY]) for d in served)
+    alloc = _sum(float(fi[d, S.ALLOC_INT]) for d in served)
     out: dict[str, Any] = {
         "token_budget": int(st.cfg[S.C_BUDGET]),
         "kv_capacity_units": int(ii[npre, S.CAP]),
@@ -151,8 +142,8 @@ def lever_metrics(res: Resolved, st: S.SchedState) -> dict[str, Any]:
     }
     if npre:
         out["prefill_kv_capacity_units"] = int(ii[0, S.CAP])
-    out["mean_running"] = _sum(fi[d, S.RUN_INT] for d in served) / busy if busy > 0 else math.nan
-    out["kv_token_frac"] = _sum(fi[d, S.TOK_INT] for d in served) / alloc if alloc > 0 else math.nan
+    out["mean_running"] = _sum(float(fi[d, S.RUN_INT]) for d in served) / busy if busy > 0 else math.nan
+    out["kv_token_frac"] = _sum(float(fi[d, S.TOK_INT]) for d in served) / alloc if alloc > 0 else math.nan
     out["computed_prefill_tokens"] = int(ii[:, S.COMPUTED].sum())
     if c.kv_policy == "paged":
         out["preemptions"] = int(ii[:, S.PREEMPTIONS].sum())
@@ -160,8 +151,8 @@ def lever_metrics(res: Resolved, st: S.SchedState) -> dict[str, Any]:
         if st.cfg[S.C_SWAP]:
             out["swap_out_GB"] = int(ii[:, S.SWAP_OUT].sum()) / 1e9
             out["swap_in_GB"] = int(ii[:, S.SWAP_IN].sum()) / 1e9
-            out["swap_seconds"] = _sum(fi[d, S.SWAP_S] for d in every)
-            out["swap_J"] = _sum(fi[d, S.SWAP_J] for d in every)
+            out["swap_seconds"] = _sum(float(fi[d, S.SWAP_S]) for d in every)
+            out["swap_J"] = _sum(float(fi[d, S.SWAP_J]) for d in every)
     return out
 
 
