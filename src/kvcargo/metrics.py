@@ -95,6 +95,11 @@ def stage_times(out: EngineOutput) -> dict[str, np.ndarray]:
 
 def itl_sample(out: EngineOutput, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every token gap after the first token of ``requests``, as (values, multiplicities)."""
+    if out.itl_runs is not None:
+        from kvcargo.engine.sched_gaps import weighted
+
+        return weighted(out.steps[:, 1], out.step_inst[:, 0], max(1, out.resolved.n_decode), *out.itl_runs,
+                        requests, len(out.arrival))
     if out.itl_values is not None:
         spans = [out.itl_values[out.itl_offsets[r]:out.itl_offsets[r + 1]] for r in requests]
         values = np.concatenate(spans) if spans else np.zeros(0)

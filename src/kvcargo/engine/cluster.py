@@ -88,7 +88,11 @@ class EngineOutput:
     itl_values: np.ndarray | None = None
     itl_offsets: np.ndarray | None = None
     """Scheduled engine: every request's token gaps, flat with offsets (a preemption makes them
-    irregular, so they are not derived from the step log)."""
+    irregular, so they are not derived from the step log alone); the array engine lists them
+    only for small runs."""
+    itl_runs: tuple | None = None
+    """Array scheduled engine: its runs of token gaps (``engine.sched_gaps``), which the summary
+    reads."""
     levers: dict | None = None
     """Scheduled engine: the serving levers' summary metrics."""
     swap_j: float = 0.0

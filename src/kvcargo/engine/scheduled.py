@@ -1,5 +1,10 @@
 """The scheduled engine: the companion's serving levers, as SimPy processes (levers-serving spec).
 
+Runs with a serving lever and no prefix cache go through the array event loop of
+:mod:`.sched_loop` (the same rules and event order, compiled like the default engine); this
+SimPy model runs prefix caching and closed-loop sessions without a lever, and is the reference
+the array loop is tested against.
+
 Used when a serving lever is on (batching policy, token budget, KV policy, prefix caching) or
 when multi-turn sessions release turns in a closed loop. Each instance is one process looping
 over step boundaries: it swaps KV back in, admits from its FIFO queue under the KV policy, grows
@@ -878,7 +883,11 @@ def lever_metrics(sim: Sim) -> dict[str, Any]:
 
 def run_scheduled(res: Resolved):  # type: ignore[no-untyped-def]
     """Simulate a configuration with the scheduled engine; the same record as the plain one."""
+    from kvcargo.engine import sched_run
     from kvcargo.engine.cluster import EngineOutput
+
+    if sched_run.handles(res):
+        return sched_run.run_arrays(res)
 
     sim = Sim(res)
     sim.run()
