@@ -18,7 +18,8 @@ from kvcargo.config import SimConfig
 from kvcargo.cost import Pool, kv_capacity
 from kvcargo.engine.state import DONE, REJECTED
 from kvcargo.errors import KvcargoError
-from kvcargo.handoff import Compression, calculate, exposed_after_prefill
+from kvcargo.handoff import calculate, exposed_after_prefill
+from kvcargo.transfer import Compression
 from kvcargo.workload import Workload
 
 CAT = catalog.builtin()

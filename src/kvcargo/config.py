@@ -18,7 +18,7 @@ from kvcargo.catalog import Catalog, Link, Model
 from kvcargo.cost import LmHead, Pool, model_coefficients, require_fit
 from kvcargo.errors import KvcargoError, shown
 from kvcargo.formats import require_units
-from kvcargo.handoff import Compression
+from kvcargo.transfer import Compression
 from kvcargo.levers import Levers, lever_model, resolve_levers
 from kvcargo.limits import REFERENCE_MAX_LENGTH, check_ranges, check_workload, number
 from kvcargo.workload import LengthDist, Workload, generate

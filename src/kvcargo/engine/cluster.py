@@ -22,7 +22,7 @@ from kvcargo.engine import state as S
 from kvcargo.engine.loop import run_events
 from kvcargo.engine.state import Params, by_reference, grown, new_state
 from kvcargo.families import prefill_resident_bytes
-from kvcargo.handoff import Transfers, endpoint_work
+from kvcargo.transfer import Transfers, endpoint_work
 from kvcargo.linkmodel import effective, link_transfers
 from kvcargo.workload.traces import BLOCK_TOKENS
 

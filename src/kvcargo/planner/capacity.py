@@ -26,16 +26,15 @@ import numpy as np
 from kvcargo import parallel
 from kvcargo.ced import replay_on_decode
 from kvcargo.config import Resolved, SimConfig, colocated_pool, resolve
-from kvcargo.cost import Pool, elementwise_pass, kv_capacity, shape
+from kvcargo.cost import Pool, kv_capacity, shape
 from kvcargo.engine import aot
 from kvcargo.errors import KvcargoError
-from kvcargo.handoff import endpoint_work
+from kvcargo.handoff import prefill_time
 from kvcargo.levers import PoolLevers
 from kvcargo.linkmodel import link_transfers
-from kvcargo.speculative import Draft, draft_prefill_time, speculative_step_time
+from kvcargo.speculative import Draft, speculative_step_time
 from kvcargo.stepcost import ATTENTION, step_class
 from kvcargo.stepcost import decode_step as class_decode_step
-from kvcargo.stepcost import prefill_step as class_prefill_step
 from kvcargo.steps import step_cost
 
 TARGET = 0.9
@@ -94,19 +93,11 @@ def _prefill_ceiling(config: SimConfig, model, pool: Pool, p: float, compression
                      lever: PoolLevers | None = None, draft: Draft | None = None) -> tuple[float, int, float]:
     n = max(1, math.floor(config.token_budget / p))
     s = max(1, round(p))
-    if lever is not None and lever.layout is not None:  # with its communication
-        t = parallel.prefill_time(model, pool, lever.layout, lever.scale_up, [s] * n, config.lm_head)
-    elif step_class(model) == ATTENTION:
-        t = step_cost(model, pool, "prefill", n, s, config.cost_model, config.lm_head)["time_s"]
-    else:  # FFT-mixing or CED (an encoder-only prefill pool when the decode side replays)
-        t = class_prefill_step(model, pool, [s] * n, config.lm_head, config.fft_efficiency,
-                               replay_on_decode(model) and config.mode != "colocated").time
-    if draft is not None:  # the draft prefills the same prompts
-        t += draft_prefill_time(draft.model, pool, [s] * n)
-    if compression is not None and compression.at == "endpoint":
-        nbytes = np.full(n, float(shape(model).handoff_bytes(s)))
-        ops, moved = endpoint_work(compression, nbytes, np.full(n, s), model.kv_bytes)
-        t += elementwise_pass(pool.coefficients(), float(ops.sum()), float(moved.sum()))[0]
+    t, _ = prefill_time(model, pool, n, s, cost_model=config.cost_model, lm_head=config.lm_head,
+                        fft_efficiency=config.fft_efficiency,
+                        encoder_only=replay_on_decode(model) and config.mode != "colocated", lever=lever,
+                        draft=draft.model if draft is not None else None, compression=compression,
+                        handoff_bytes=float(shape(model).handoff_bytes(s)))
     return n / t, n, t
 
 
