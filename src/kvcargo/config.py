@@ -11,22 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kvcargo import catalog as catalog_mod
 from kvcargo.catalog import Catalog, Link, Model
 from kvcargo.cost import LmHead, Pool, model_coefficients, require_fit
-from kvcargo.errors import KvcargoError, shown
+from kvcargo.errors import KvcargoError
 from kvcargo.formats import require_units
 from kvcargo.transfer import Compression
 from kvcargo.levers import Levers, lever_model, resolve_levers
 from kvcargo.limits import REFERENCE_MAX_LENGTH, check_ranges, check_workload, number
+from kvcargo.params import Count, NonNeg, NumberFormat, Positive, build
 from kvcargo.workload import LengthDist, Workload, generate
-
-Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Count = Annotated[int, Field(ge=1)]
-NumberFormat = Literal["bf16", "fp8", "int8", "int4", "fp4"]
 
 DEFAULT_RATE = 8.0
 """Arrival rate of generated workloads when none is given (req/s)."""
@@ -362,10 +358,7 @@ class SimConfig(BaseModel):
     @classmethod
     def build(cls, **values: Any) -> SimConfig:
         """Validate ``values``; bad input raises :class:`KvcargoError` with one line naming it."""
-        try:
-            return cls(**values)
-        except ValidationError as exc:
-            raise KvcargoError(describe(exc)) from None
+        return build(cls, values)
 
     def replace(self, **changes: Any) -> SimConfig:
         """A copy with some values changed (validated again)."""
@@ -379,21 +372,6 @@ class SimConfig(BaseModel):
     @property
     def colocated_instances(self) -> int:
         return self.instances if self.instances is not None else self.prefill + self.decode
-
-
-def describe(exc: ValidationError) -> str:
-    """One line naming the first invalid field (as a CLI flag) and what is wrong."""
-    err = exc.errors()[0]
-    loc = [str(p) for p in err["loc"] if not isinstance(p, int)]
-    msg = err["msg"].removeprefix("Value error, ")
-    if not loc:
-        return msg
-    flag = "--" + loc[0].replace("_", "-")
-    if err["type"] == "extra_forbidden":
-        return f"unknown parameter {flag}"
-    value = err.get("input")
-    got = f" (got {shown(value)})" if value is not None and not isinstance(value, dict) else ""
-    return f"invalid {flag}{got}: {msg}"
 
 
 @dataclass(frozen=True)

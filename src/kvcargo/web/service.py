@@ -14,13 +14,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvcargo import catalog as catalog_mod
-from kvcargo.cli import handoff as handoff_cli
-from kvcargo.cli.simulate import jsonable
 from kvcargo.config import SimConfig
 from kvcargo.cost import Pool
 from kvcargo.errors import KvcargoError, clip
 from kvcargo.handoff import HandoffResult, calculate_config
 from kvcargo.params import SERVER_ONLY, HandoffConfig, build
+from kvcargo.report import handoff as handoff_report
+from kvcargo.report.data import jsonable
 from kvcargo.report.text import ms, pct
 
 SIM_LIMITS: dict[str, float] = {
@@ -63,8 +63,8 @@ def handoff(params: HandoffConfig, catalog_files: Sequence[str] = ()) -> dict[st
 def panel(result: HandoffResult, link_name: str, model_name: str, pool: Pool) -> dict[str, Any]:
     """``kvcargo handoff``'s text panel as a title and (label, value, note) rows: the very strings
     the CLI prints, so the page and the terminal cannot disagree."""
-    title, rows = handoff_cli.panel_rows(result, link_name, model_name, pool)
-    return {"title": title, "rows": rows, "explain": handoff_cli.EXPLANATION.get(result.handoff_kind, "")}
+    title, rows = handoff_report.panel_rows(result, link_name, model_name, pool)
+    return {"title": title, "rows": rows, "explain": handoff_report.EXPLANATION.get(result.handoff_kind, "")}
 
 
 def catalog(catalog_files: Sequence[str] = ()) -> dict[str, Any]:
