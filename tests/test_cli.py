@@ -50,7 +50,7 @@ def test_catalog_lists_kinds() -> None:
     (["handoff", "--model", "gpt-9"], "unknown model 'gpt-9'; valid choices: "),
     (["handoff", "--link", "carrier-pigeon"], "unknown link 'carrier-pigeon'; valid choices:"),
     (["handoff", "--kv-compress", "zip"], "unknown codec 'zip'; valid choices: fp4-block, fp8"),
-    (["handoff", "--prompt", "0"], "invalid --prompt (got 0): Input should be greater than or equal to 1"),
+    (["handoff", "--prompt", "0"], "prompt must be a positive whole number"),
     (["handoff", "--prompt", "many"], "'many' is not a valid integer"),
     (["handoff", "--model", "llama3-70b"], "does not fit the prefill pool"),
     (["simulate", "--rate", "-3"], "invalid --rate (got -3.0): Input should be greater than 0"),

@@ -23,7 +23,9 @@ def command(all_links: bool, as_json: bool, **params: Any) -> None:
     given = {k: v for k, v in params.items() if v not in (None, ())}
     if all_links and "link" in given:
         raise click.UsageError("--links shows every link: drop --link (or drop --links for one link)")
-    config = HandoffConfig.build(**given)
+    # click has parsed every type; the ranges are checked where the values enter the calculation
+    # (kvcargo.limits), which names each bound's reason
+    config = HandoffConfig.model_construct(**given)
     cat = catalog_mod.load(config.catalog)
     keys = list(cat.links) if all_links else [config.link]
     runs = [calculate_config(config.model_copy(update={"link": key}), cat) for key in keys]
