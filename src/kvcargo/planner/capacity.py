@@ -48,7 +48,7 @@ MIN_FRACTION = 2.0 ** -12
 """Give up (answer 0) once the bracket's top falls below this fraction of the start."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Ceilings:
     """Per-resource ceilings in req/s (pool totals) and what they were computed from."""
 
@@ -136,9 +136,13 @@ def ceilings(config: SimConfig) -> Ceilings:
     else:  # the model does not fit one colocated instance of --device
         cpf = cdc = col = 0.0
     if res.colocated:  # resolve() has checked that it fits: col_kv == res.kv_capacity > 0
-        return Ceilings("colocated", p, o, cpf * n_col, cdc * n_col, math.inf, col, col, "colocated",
-                        cpf, cdc, n_col, n_col, n_cpf, t_cpf, cb, cctx, t_cdc, col_kv, 0.0, 0,
-                        n_col, cpf, cdc)
+        return Ceilings(mode="colocated", prompt=p, output=o, prefill=cpf * n_col, decode=cdc * n_col,
+                        link=math.inf, colocated=col, bound=col, bound_by="colocated",
+                        prefill_per_instance=cpf, decode_per_instance=cdc, prefill_instances=n_col,
+                        decode_instances=n_col, prefill_batch=n_cpf, prefill_step_s=t_cpf, decode_batch=cb,
+                        decode_context=cctx, decode_step_s=t_cdc, kv_capacity=col_kv, transfer_s=0.0, channels=0,
+                        colocated_instances=n_col, colocated_per_instance_prefill=cpf,
+                        colocated_per_instance_decode=cdc)
     lev = res.levers
     pf, n_pf, t_pf = _prefill_ceiling(config, model, res.prefill_pool, p, res.compression, lev.prefill, lev.draft)
     dc, b, ctx, t_dc = _decode_ceiling(config, model, res.decode_pool, res.kv_capacity, p, o, lev.decode, lev.draft)
@@ -153,9 +157,13 @@ def ceilings(config: SimConfig) -> Ceilings:
         link = math.inf
     totals = {"prefill": pf * res.n_prefill, "decode": dc * res.n_decode, "link": link}
     bound_by = min(totals, key=totals.__getitem__)
-    return Ceilings("disagg", p, o, totals["prefill"], totals["decode"], link, col, totals[bound_by], bound_by,
-                    pf, dc, res.n_prefill, res.n_decode, n_pf, t_pf, b, ctx, t_dc, res.kv_capacity, t_x,
-                    res.channels, n_col, cpf, cdc)
+    return Ceilings(mode="disagg", prompt=p, output=o, prefill=totals["prefill"], decode=totals["decode"],
+                    link=link, colocated=col, bound=totals[bound_by], bound_by=bound_by,
+                    prefill_per_instance=pf, decode_per_instance=dc, prefill_instances=res.n_prefill,
+                    decode_instances=res.n_decode, prefill_batch=n_pf, prefill_step_s=t_pf, decode_batch=b,
+                    decode_context=ctx, decode_step_s=t_dc, kv_capacity=res.kv_capacity, transfer_s=t_x,
+                    channels=res.channels, colocated_instances=n_col, colocated_per_instance_prefill=cpf,
+                    colocated_per_instance_decode=cdc)
 
 
 # ------------------------------------------------------------------------------------ search
