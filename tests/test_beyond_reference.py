@@ -229,7 +229,7 @@ def beyond(draw: st.DrawFn) -> SimConfig:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(beyond())
-def test_every_mix_settles_every_request_consistently(config: SimConfig) -> None:
+def test_conservation_and_causality_hold_for_every_mix(config: SimConfig) -> None:
     out = simulate(config).output
     done = out.status == DONE
     assert (done | (out.status == REJECTED)).all()

@@ -290,7 +290,9 @@ def test_calibrated_run_with_every_handoff_option() -> None:
     assert simulate(requests=60).summary != simulate(requests=60, cost_model="calibrated").summary
 
 
+@pytest.mark.slow
 def test_compiled_and_plain_engines_agree_on_a_calibrated_run() -> None:
+    pytest.importorskip("numba")  # without it both runs are plain Python: nothing to compare
     args = ["simulate", "--cost-model", "calibrated", "--link-model", "measured", "--send", "layerwise",
             "--requests", "40", "--json", "--summary-only"]
     code = "import sys; from kvcargo.cli import main; main(sys.argv[1:])"

@@ -32,7 +32,7 @@ import os
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,19 +152,24 @@ class LocalBackend(Backend):
             first += 1
         if first == len(items):
             return
-        pool = self._executor()
-        pending = {pool.submit(run_chunk, fn, [items[first + i] for i in r]): range(first + r.start, first + r.stop)
-                   for r in chunks(len(items) - first, self.workers)}
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in done:
-                r = pending.pop(fut)
-                yield from _chunk_results(r, fut.result, "a worker process")
+        yield from run_chunks(self._executor(), fn, items, first, self.workers, "a worker process")
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
+
+
+def run_chunks(executor: Executor, fn: Callable[[Any], Any], items: Sequence[Any], first: int, workers: int,
+               what: str) -> Iterator[tuple[int, Any]]:
+    """``items[first:]`` in one chunk per worker on a ``concurrent.futures`` executor (a process
+    pool, or Dask's ``Client.get_executor()``), yielding ``(index, result)`` as chunks finish."""
+    pending = {executor.submit(run_chunk, fn, [items[first + i] for i in r]): range(first + r.start, first + r.stop)
+               for r in chunks(len(items) - first, workers)}
+    while pending:
+        done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        for fut in done:
+            yield from _chunk_results(pending.pop(fut), fut.result, what)
 
 
 def _check_main_importable() -> None:
@@ -273,14 +278,8 @@ class DaskBackend(Backend):
         return max(1, sum(self._client.nthreads().values()))
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
-        from distributed import as_completed
-
         self.workers = self._fixed or self._threads()  # workers may have joined or left since
-        parts = chunks(len(items), self.workers)
-        futures = [self._client.submit(run_chunk, fn, [items[i] for i in r], pure=False) for r in parts]
-        index = {f.key: r for f, r in zip(futures, parts)}
-        for fut in as_completed(futures):
-            yield from _chunk_results(index[fut.key], fut.result, "a Dask task")
+        yield from run_chunks(self._client.get_executor(pure=False), fn, items, 0, self.workers, "a Dask task")
 
     def close(self) -> None:
         self._client.close()
