@@ -21,7 +21,7 @@ from kvcargo.formats import require_units
 from kvcargo.transfer import Compression
 from kvcargo.levers import Levers, lever_model, resolve_levers
 from kvcargo.limits import REFERENCE_MAX_LENGTH, check_ranges, check_workload, number
-from kvcargo.params import Count, NonNeg, NumberFormat, Positive, build
+from kvcargo.params import CostModel, Count, LinkModel, NonNeg, NumberFormat, Positive, build
 from kvcargo.workload import LengthDist, Workload, generate
 
 DEFAULT_RATE = 8.0
@@ -238,10 +238,10 @@ class SimConfig(BaseModel):
             raise ValueError("KV hand-off compression assumes a BF16 KV cache: drop --kv-format or --kv-compress")
         return self
 
-    cost_model: Literal["roofline", "calibrated"] = "roofline"
+    cost_model: CostModel = "roofline"
     """Step costs from the reference roofline, or from measured kernels plus fitted framework
     constants (tensor parallel over each instance's devices; see docs/accuracy.md)."""
-    link_model: Literal["line-rate", "measured"] = "line-rate"
+    link_model: LinkModel = "line-rate"
     """Links at line rate plus a latency (reference), or the measured per-message overhead,
     efficiency, per-channel ceiling and per-layer cost of each catalog link."""
 

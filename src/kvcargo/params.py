@@ -21,6 +21,10 @@ Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=1)]
 NumberFormat = Literal["bf16", "fp8", "int8", "int4", "fp4"]
+CostModel = Literal["roofline", "calibrated"]
+"""Step-cost models (``--cost-model``): a new one is named here once."""
+LinkModel = Literal["line-rate", "measured"]
+"""Link models (``--link-model``)."""
 
 MAX_PROMPT = 10_000_000
 """Largest prompt the calculator accepts (tokens); a model's own limit is usually lower."""
@@ -75,9 +79,9 @@ class HandoffConfig(BaseModel):
     its prefill follows the target's."""
     lm_head: Literal["all", "last"] = "all"
     """LM head over every prompt token (reference) or the last one only."""
-    cost_model: Literal["roofline", "calibrated"] = "roofline"
+    cost_model: CostModel = "roofline"
     """Prefill time from the reference roofline, or from measured kernels (see docs/accuracy.md)."""
-    link_model: Literal["line-rate", "measured"] = "line-rate"
+    link_model: LinkModel = "line-rate"
     """Links at line rate plus a latency (reference), or the measured per-message overhead,
     efficiency, per-channel ceiling and per-layer cost of each catalog link."""
     catalog: tuple[str, ...] = ()
