@@ -22,7 +22,7 @@ from kvcargo import catalog as catalog_mod
 from kvcargo import parallel
 from kvcargo.catalog import Catalog, Link, Model
 from kvcargo.ced import encoder_resident_bytes, replay_on_decode
-from kvcargo.cost import LmHead, Pool, elementwise_pass, model_coefficients, require_fit, shape
+from kvcargo.cost import LmHead, Pool, elementwise_pass, model_coefficients, prefill_step, require_fit, shape
 from kvcargo.errors import KvcargoError
 from kvcargo.formats import is_default, require_units, with_formats
 from kvcargo.limits import check_ranges, max_step_tokens, step_token_error
@@ -31,7 +31,6 @@ from kvcargo.params import HandoffConfig
 from kvcargo.speculative import draft_prefill_time, make_draft
 from kvcargo.stepcost import ATTENTION, step_class
 from kvcargo.stepcost import prefill_step as class_prefill_step
-from kvcargo.steps import step_cost
 from kvcargo.transfer import Compression, SendMode, Transfers, endpoint_work
 
 if TYPE_CHECKING:  # the calculator's path does not import the simulator's configuration
@@ -49,7 +48,11 @@ def prefill_time(model: Model, pool: Pool, n: int, tokens: int, *, cost_model: s
     prompts = [tokens] * n
     if lever is not None and lever.layout is not None:  # with its communication
         t = parallel.prefill_time(model, pool, lever.layout, lever.scale_up, prompts, lm_head)
+    elif step_class(model) == ATTENTION and cost_model == "roofline":
+        t = prefill_step(model, pool, prompts, lm_head).time  # steps.step_cost's roofline branch
     elif step_class(model) == ATTENTION:
+        from kvcargo.steps import step_cost  # the calibrated tables: loaded only when asked for
+
         t = step_cost(model, pool, "prefill", n, tokens, cost_model, lm_head)["time_s"]
     else:  # FFT-mixing or CED (an encoder-only prefill pool when the decode side replays)
         t = class_prefill_step(model, pool, prompts, lm_head, fft_efficiency, encoder_only).time

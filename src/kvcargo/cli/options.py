@@ -7,14 +7,15 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-
 from pydantic import BaseModel
 
-from kvcargo.config import SimConfig
 from kvcargo.params import flag, help_text
+
+if TYPE_CHECKING:
+    from kvcargo.config import SimConfig
 
 
 def _click_type(annotation: Any) -> tuple[Any, bool]:
@@ -33,37 +34,46 @@ def _click_type(annotation: Any) -> tuple[Any, bool]:
     return {int: int, float: float, str: str}.get(annotation, str), False
 
 
-def field_options(*names: str, model: type[BaseModel] = SimConfig) -> Callable[[Callable], Callable]:
+def field_options(*names: str, model: type[BaseModel] | None = None) -> Callable[[Callable], Callable]:
     """Add an option for each named field of a parameter model (SimConfig unless ``model`` says
     otherwise): help and range from the field, defaults left to the model (an unset flag is
     omitted)."""
 
     def add(fn: Callable) -> Callable:
+        model_ = _sim_config() if model is None else model
         for name in reversed(names):
-            field = model.model_fields[name]
+            field = model_.model_fields[name]
             if name == "catalog":
                 fn = click.option(flag(name), "catalog", multiple=True, type=click.Path(dir_okay=False),
-                                  help=help_text(model, name))(fn)
+                                  help=help_text(model_, name))(fn)
                 continue
             ctype, is_flag = _click_type(field.annotation)
             default = field.default
             shown = f" [default: {default}]" if default not in (None, False) else ""
             kind = {"is_flag": True} if is_flag else {"type": ctype}
-            fn = click.option(flag(name), name, default=None, help=help_text(model, name) + shown, **kind)(fn)
+            fn = click.option(flag(name), name, default=None, help=help_text(model_, name) + shown, **kind)(fn)
         return fn
 
     return add
 
 
-sim_options = field_options(*SimConfig.model_fields)
-"""One option per SimConfig field (``simulate``, ``sweep``, ``capacity``, ``plan``)."""
+def _sim_config() -> type[SimConfig]:
+    """SimConfig, imported when a command needs it: ``kvcargo handoff`` starts without it."""
+    from kvcargo.config import SimConfig
+
+    return SimConfig
+
+
+def sim_options(fn: Callable) -> Callable:
+    """One option per SimConfig field (``simulate``, ``sweep``, ``capacity``, ``plan``)."""
+    return field_options(*_sim_config().model_fields)(fn)
 
 
 def given_params(params: dict[str, Any]) -> dict[str, Any]:
     """The SimConfig options a command was given (an unset flag is None; no --catalog is ())."""
-    return {k: v for k, v in params.items() if k in SimConfig.model_fields and v not in (None, ())}
+    return {k: v for k, v in params.items() if k in _sim_config().model_fields and v not in (None, ())}
 
 
 def config_from(params: dict[str, Any]) -> SimConfig:
     """A validated SimConfig from the options that were given."""
-    return SimConfig.build(**given_params(params))
+    return _sim_config().build(**given_params(params))
