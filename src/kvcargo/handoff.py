@@ -67,12 +67,11 @@ def prefill_time(model: Model, pool: Pool, n: int, tokens: int, *, cost_model: s
 
 
 def landed_after(x: Transfers, prefill_s: float, groups: int, channels: int) -> float:
-    """Seconds from the prefill's start until a lone hand-off has landed on an idle link, by the
-    engine's own arithmetic: slice g of ``groups`` is ready at g/groups of the step, takes the
-    earliest free of ``channels`` channels for ``slice_time``, and the last adds ``last_extra``.
-    A whole hand-off (one slice) moves at the step's end for its ``duration``."""
-    if groups == 1:
-        return prefill_s + float(x.duration[0])
+    """Seconds from the prefill's start until a lone layer-wise hand-off (``groups`` > 1 slices)
+    has landed on an idle link, by the engine's own arithmetic: slice g is ready at g/groups of
+    the step, takes the earliest free of ``channels`` channels for ``slice_time``, and the last
+    adds ``last_extra``. (One slice is a whole hand-off: it moves at the step's end for
+    ``duration``.)"""
     free = [0.0] * min(channels, groups)  # when each channel is next free (a heap)
     done = 0.0
     for g in range(1, groups + 1):
