@@ -18,7 +18,8 @@ from kvcargo.config import SimConfig
 from kvcargo.cost import Pool, kv_capacity
 from kvcargo.engine.state import DONE, REJECTED
 from kvcargo.errors import KvcargoError
-from kvcargo.handoff import Compression, calculate, exposed_after_prefill
+from kvcargo.handoff import calculate, exposed_after_prefill
+from kvcargo.transfer import Compression
 from kvcargo.workload import Workload
 
 CAT = catalog.builtin()
@@ -228,7 +229,7 @@ def beyond(draw: st.DrawFn) -> SimConfig:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(beyond())
-def test_every_mix_settles_every_request_consistently(config: SimConfig) -> None:
+def test_conservation_and_causality_hold_for_every_mix(config: SimConfig) -> None:
     out = simulate(config).output
     done = out.status == DONE
     assert (done | (out.status == REJECTED)).all()

@@ -352,7 +352,9 @@ def test_planner_searches_with_the_calibrated_models(capsys: pytest.CaptureFixtu
     assert search["rate"] > 0 and search["feasible"] is True
 
 
+@pytest.mark.slow
 def test_compiled_and_plain_engines_agree_on_a_calibrated_run() -> None:
+    pytest.importorskip("numba")  # without it both runs are plain Python: nothing to compare
     args = ["simulate", "--cost-model", "calibrated", "--link-model", "measured", "--send", "layerwise",
             "--requests", "40", "--json", "--summary-only"]
     code = "import sys; from kvcargo.cli import main; main(sys.argv[1:])"

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from kvcargo import catalog
 from kvcargo.cost import Pool
 from kvcargo.errors import KvcargoError
-from kvcargo.handoff import Compression, calculate, endpoint_work, exposed_after_prefill, transfers
+from kvcargo.handoff import calculate, exposed_after_prefill
+from kvcargo.transfer import Compression, endpoint_work, transfers
 
 CAT = catalog.builtin()
 H100 = Pool(CAT.device("h100"))

@@ -36,7 +36,11 @@ def test_max_step_tokens_is_the_last_exact_int64_flop_count(key: str) -> None:
 
 
 def test_prefill_at_the_limit_is_exact_and_beyond_it_refused() -> None:
-    from kvcargo.cli.handoff import calculate_keys
+    from kvcargo.handoff import calculate_config
+    from kvcargo.params import HandoffConfig
+
+    def calculate_keys(cat, model, prompt, link):  # type: ignore[no-untyped-def]
+        return calculate_config(HandoffConfig(model=model, prompt=prompt, link=link), cat)
 
     m = CAT.model("llama3-8b")
     limit = max_step_tokens(model_coefficients(m)[0])

@@ -329,7 +329,11 @@ def test_fast_is_accepted_where_it_changes_nothing() -> None:
 
 def test_calculator_follows_kv_format_and_draft() -> None:
     """``kvcargo handoff``: the KV crosses in its storage format; a draft's prompt KV crosses too."""
-    from kvcargo.handoff import calculate_keys
+    from kvcargo.handoff import calculate_config
+    from kvcargo.params import HandoffConfig
+
+    def calculate_keys(cat, model, prompt, link, **options):  # type: ignore[no-untyped-def]
+        return calculate_config(HandoffConfig(model=model, prompt=prompt, link=link, **options), cat)
 
     plain = calculate_keys(CAT, "llama3-8b", 2048, "ib-ndr")[0]
     fp8 = calculate_keys(CAT, "llama3-8b", 2048, "ib-ndr", kv_format="fp8")[0]

@@ -7,11 +7,11 @@ import pytest
 from kvcargo import SimConfig
 from kvcargo.errors import KvcargoError
 from kvcargo.planner.capacity import search
+from kvcargo.report.command import command_line
 from kvcargo.planner.plan import (
     Budget,
     Candidate,
     build_space,
-    command_line,
     enumerate_candidates,
     pareto_front,
     plan,

@@ -298,7 +298,7 @@ def test_engine_equals_the_serving_oracle(kw: dict) -> None:
     from kvcargo import catalog
     from kvcargo.config import resolve
     from kvcargo.cost import shape
-    from kvcargo.handoff import transfers
+    from kvcargo.transfer import transfers
 
     try:
         from oracle.serving_oracle import run_serving_oracle

@@ -22,7 +22,7 @@ with warnings.catch_warnings():  # starlette's notice that its test client will 
 
 from kvcargo import catalog as catalog_mod  # noqa: E402
 from kvcargo import simulate  # noqa: E402
-from kvcargo.cli.simulate import jsonable  # noqa: E402
+from kvcargo.report.data import jsonable  # noqa: E402
 from kvcargo.config import SimConfig  # noqa: E402
 from kvcargo.report.timeseries import interval_series, latency_samples, link_series, plot_data  # noqa: E402
 from kvcargo.web import create_app  # noqa: E402
@@ -64,12 +64,15 @@ HANDOFF_CASES = [
 
 
 def test_handoff_parameters_are_the_cli_options() -> None:
+    """The page's calculator takes ``kvcargo handoff``'s options (both from HandoffConfig), less
+    the server's files."""
     from kvcargo.cli import handoff as handoff_cli
-    from kvcargo.web.service import HandoffParams
+    from kvcargo.params import HandoffConfig
+    from kvcargo.web.service import handoff_defaults
 
-    cli = {p.name: p.default for p in handoff_cli.command.params if p.name not in ("all_links", "catalog",
-                                                                                   "as_json")}
-    assert HandoffParams().model_dump() == cli
+    cli = {p.name for p in handoff_cli.command.params} - {"all_links", "catalog", "as_json"}
+    assert set(handoff_defaults()) == cli
+    assert handoff_defaults() == {k: v for k, v in HandoffConfig().model_dump().items() if k != "catalog"}
 
 
 @pytest.mark.parametrize("params", HANDOFF_CASES)
@@ -143,7 +146,9 @@ def test_catalog_and_defaults(client: TestClient) -> None:
     assert d["defaults"]["handoff"] == {"model": "llama3-8b", "prompt": 2048, "link": "eth-25g", "kv_compress": None,
                                         "kv_keep": None, "kv_ratio": None, "send": "whole", "device": "h100", "devices_per_instance": 1,
                                         "weight_format": None, "kv_format": None, "compute_format": None,
-                                        "speculative": None}
+                                        "speculative": None, "link_channels": None, "kv_compress_at": "transit",
+                                        "transit_ops_per_byte": None, "layer_groups": None, "lm_head": "all",
+                                        "cost_model": "roofline", "link_model": "line-rate"}
     assert d["defaults"]["rate"] == 8.0
     assert d["limits"]["max_requests"] == 50_000 and d["limits"]["timeout_s"] == 120
 

@@ -11,22 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kvcargo import catalog as catalog_mod
 from kvcargo.catalog import Catalog, Link, Model
 from kvcargo.cost import LmHead, Pool, model_coefficients, require_fit
-from kvcargo.errors import KvcargoError, shown
+from kvcargo.errors import KvcargoError
 from kvcargo.formats import require_units
-from kvcargo.handoff import Compression
+from kvcargo.transfer import Compression
 from kvcargo.levers import Levers, lever_model, resolve_levers
 from kvcargo.limits import REFERENCE_MAX_LENGTH, check_ranges, check_workload, number
+from kvcargo.params import CostModel, Count, LinkModel, NonNeg, NumberFormat, Positive, build
 from kvcargo.workload import LengthDist, Workload, generate
-
-Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Count = Annotated[int, Field(ge=1)]
-NumberFormat = Literal["bf16", "fp8", "int8", "int4", "fp4"]
 
 DEFAULT_RATE = 8.0
 """Arrival rate of generated workloads when none is given (req/s)."""
@@ -34,6 +30,13 @@ MAX_REQUESTS = 50_000_000
 """Hard ceiling on generated requests (a typo should not exhaust the machine)."""
 MAX_GAMMA = 1024
 """Most drafted tokens per verify pass (each costs a draft pass per step)."""
+HANDOFF_FEATURES: dict[str, Any] = {"send": "whole", "topology": "shared", "link_sharing": "fcfs",
+                                    "kv_reserve": "at-decode", "decode_prefix_cache": False}
+"""The opt-in models of the hand-off, each with its reference value. Any other value needs a
+hand-off (``--mode disagg``) and the engine's extra per-request columns; the topologies and the
+decode prefix cache also choose the decode instance when the hand-off starts."""
+EARLY_DECODE_CHOICE = ("topology", "decode_prefix_cache")
+"""Of :data:`HANDOFF_FEATURES`: those that need the destination before the transfer."""
 
 
 class SimConfig(BaseModel):
@@ -236,10 +239,10 @@ class SimConfig(BaseModel):
             raise ValueError("KV hand-off compression assumes a BF16 KV cache: drop --kv-format or --kv-compress")
         return self
 
-    cost_model: Literal["roofline", "calibrated"] = "roofline"
+    cost_model: CostModel = "roofline"
     """Step costs from the reference roofline, or from measured kernels plus fitted framework
     constants (tensor parallel over each instance's devices; see docs/accuracy.md)."""
-    link_model: Literal["line-rate", "measured"] = "line-rate"
+    link_model: LinkModel = "line-rate"
     """Links at line rate plus a latency (reference), or the measured per-message overhead,
     efficiency, per-channel ceiling and per-layer cost of each catalog link."""
 
@@ -352,10 +355,9 @@ class SimConfig(BaseModel):
             raise ValueError("KV compression needs a hand-off: use --mode disagg or drop --kv-compress")
         if self.kv_keep is not None and self.kv_compress != "freq-keep-k":
             raise ValueError("--kv-keep applies only to --kv-compress freq-keep-k")
-        if self.mode == "colocated" and (self.send != "whole" or self.topology != "shared" or self.decode_prefix_cache
-                                         or self.link_sharing != "fcfs" or self.kv_reserve != "at-decode"):
-            raise ValueError("--send, --topology, --link-sharing, --kv-reserve and --decode-prefix-cache shape "
-                             "the hand-off: they need --mode disagg")
+        if self.mode == "colocated" and self.handoff_features:
+            *most, last = (f"--{f.replace('_', '-')}" for f in HANDOFF_FEATURES)
+            raise ValueError(f"{', '.join(most)} and {last} shape the hand-off: they need --mode disagg")
         if self.layer_groups is not None and self.send != "layerwise":
             raise ValueError("--layer-groups applies only to --send layerwise")
         return self
@@ -363,14 +365,21 @@ class SimConfig(BaseModel):
     @classmethod
     def build(cls, **values: Any) -> SimConfig:
         """Validate ``values``; bad input raises :class:`KvcargoError` with one line naming it."""
-        try:
-            return cls(**values)
-        except ValidationError as exc:
-            raise KvcargoError(describe(exc)) from None
+        return build(cls, values)
 
     def replace(self, **changes: Any) -> SimConfig:
         """A copy with some values changed (validated again)."""
         return SimConfig.build(**{**self.model_dump(), **changes})
+
+    @property
+    def handoff_features(self) -> tuple[str, ...]:
+        """The opt-in hand-off models this run uses (:data:`HANDOFF_FEATURES` off their reference)."""
+        return tuple(f for f, ref in HANDOFF_FEATURES.items() if getattr(self, f) != ref)
+
+    @property
+    def early_decode_choice(self) -> bool:
+        """Whether the decode instance is chosen when the hand-off starts (not when it lands)."""
+        return any(f in EARLY_DECODE_CHOICE for f in self.handoff_features)
 
     @property
     def arrival_rate(self) -> float:
@@ -380,21 +389,6 @@ class SimConfig(BaseModel):
     @property
     def colocated_instances(self) -> int:
         return self.instances if self.instances is not None else self.prefill + self.decode
-
-
-def describe(exc: ValidationError) -> str:
-    """One line naming the first invalid field (as a CLI flag) and what is wrong."""
-    err = exc.errors()[0]
-    loc = [str(p) for p in err["loc"] if not isinstance(p, int)]
-    msg = err["msg"].removeprefix("Value error, ")
-    if not loc:
-        return msg
-    flag = "--" + loc[0].replace("_", "-")
-    if err["type"] == "extra_forbidden":
-        return f"unknown parameter {flag}"
-    value = err.get("input")
-    got = f" (got {shown(value)})" if value is not None and not isinstance(value, dict) else ""
-    return f"invalid {flag}{got}: {msg}"
 
 
 @dataclass(frozen=True)
@@ -479,6 +473,42 @@ def resolve(config: SimConfig, workload: Workload | None = None) -> Resolved:
 
     check_levers(res)
     return res
+
+
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "hardware": ("model", "device", "devices_per_instance", "prefill_device", "decode_device",
+                 "prefill_devices_per_instance", "decode_devices_per_instance", "mode", "prefill", "decode",
+                 "instances", "power_cap", "prefill_power_cap", "decode_power_cap", "dvfs", "catalog"),
+    "workload": ("rate", "requests", "prompt", "prompt_cv", "output", "output_cv", "seed", "max_length",
+                 "workload_file", "time_scale", "limit", "window", "arrival_col", "prompt_col", "output_col",
+                 "time_unit"),
+    "slo": ("ttft_slo", "tpot_slo"),
+    "scheduling": ("lm_head", "token_budget", "max_batch"),
+    "handoff": ("link", "link_channels", "kv_compress", "kv_compress_at", "kv_keep", "kv_ratio",
+                "transit_ops_per_byte", "transit_pj_per_bit", *HANDOFF_FEATURES, "layer_groups",
+                "nics_per_instance", "domain_size"),
+    "parallel": ("tp", "pp", "ep", "microbatches", "expert_imbalance", "scale_up_link", "prefill_tp", "prefill_pp",
+                 "decode_tp", "decode_pp", "weight_format", "kv_format", "compute_format", "speculative", "gamma",
+                 "alpha", "spec_seed", "ppa", "fast"),
+    "cost_models": ("cost_model", "link_model"),
+    "serving": ("batch_policy", "max_num_batched_tokens", "kv_policy", "kv_block_size", "max_seq_len", "preemption",
+                "host_link", "prefix_caching", "workload", "turns", "think", "system_prompts", "system_len",
+                "prefix_share"),
+    "families": ("ced_encoder_layers", "ced_replay", "ced_replay_on", "fft_efficiency", "ft_enob", "ft_static_w",
+                 "ft_mask_rate", "ft_samples_per_s", "ft_detection", "ft_overlap"),
+}
+"""SimConfig's fields by what they describe, each field in one section. The fields themselves
+keep their historical order (it is the order of JSON keys, CSV columns and ``--help``)."""
+
+
+def section(config: SimConfig, name: str) -> dict[str, Any]:
+    """One section's values (``section(c, "handoff")``)."""
+    return {f: getattr(config, f) for f in SECTIONS[name]}
+
+
+def needs_extra_columns(c: SimConfig) -> bool:
+    """Whether an opt-in model reads the engine's per-request columns the reference does not need."""
+    return bool(c.handoff_features) or c.kv_compress is not None
 
 
 def load_workload(config: SimConfig) -> Workload:

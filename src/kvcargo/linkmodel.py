@@ -23,7 +23,7 @@ import numpy as np
 
 from kvcargo.catalog import Link
 from kvcargo.errors import KvcargoError
-from kvcargo.handoff import Compression, Transfers, transfers
+from kvcargo.transfer import Compression, Transfers, transfers
 
 LAYER_OVERHEAD_MESSAGES = 3.1
 """Per-layer non-overlapped cost of layer-wise sending, in message overheads. Fitted to one

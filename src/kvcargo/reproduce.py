@@ -68,7 +68,8 @@ def metric_of(summary: dict[str, Any], metric: str) -> Any:
 def run(only: Iterable[str] | None = None) -> list[Check]:
     """Recompute the checks of the given groups (all by default)."""
     from kvcargo import catalog
-    from kvcargo.handoff import calculate_keys
+    from kvcargo.handoff import calculate_config
+    from kvcargo.params import HandoffConfig
     from kvcargo.simulation import simulate
 
     wanted = data.chosen_groups("published.toml", only)
@@ -79,7 +80,7 @@ def run(only: Iterable[str] | None = None) -> list[Check]:
     for c in checks:
         if "handoff" in c:
             h = {"model": "llama3-8b", "prompt": 2048, **c["handoff"]}
-            value = getattr(calculate_keys(cat, **h)[0], c["metric"])
+            value = getattr(calculate_config(HandoffConfig.build(**h), cat)[0], c["metric"])
         else:
             key = json.dumps(c["config"], sort_keys=True)
             if key not in summaries:

@@ -22,6 +22,7 @@ from kvcargo.engine.cluster import EngineOutput, run
 from kvcargo.engine.state import REJECTED
 from kvcargo.metrics import summarize
 from kvcargo.outputs import atomic_path
+from kvcargo.summary import Summary
 from kvcargo.workload import Workload
 
 REQUEST_COLUMNS = ("rid", "arrival", "prompt_len", "output_len", "prefill_start", "first_token",
@@ -42,6 +43,11 @@ class SimResult:
     def summary(self) -> dict[str, Any]:
         """Every metric of the run (SI units); see the README for the keys."""
         return summarize(self.output)
+
+    @cached_property
+    def grouped(self) -> Summary:
+        """The summary grouped by what it measures (latency, SLO, link, energy, instances, cost)."""
+        return Summary.of(self.summary)
 
     def requests(self) -> dict[str, np.ndarray]:
         """Per-request columns (NaN where a stage does not apply or the request was rejected)."""

@@ -148,7 +148,10 @@ def _ranks(n: int, p: float) -> tuple[int, int, float]:
 
 
 def percentiles(x: np.ndarray, ps: tuple[float, ...]) -> list[float]:
-    """The p-th percentile of ``x`` for each p (NaN when empty), by partial sorting."""
+    """The p-th percentile of ``x`` for each p (NaN when empty), by partial sorting.
+
+    Not ``numpy.percentile``: its linear method interpolates ``b − (b − a)(1 − t)`` for t ≥ 0.5,
+    one ulp away from reference-semantics §7's ``a + (b − a)·t`` (see :func:`_lerp`)."""
     n = len(x)
     if n == 0:
         return [math.nan] * len(ps)

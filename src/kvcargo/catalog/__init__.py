@@ -9,6 +9,7 @@ names the file, the entry and the field.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -352,8 +353,25 @@ def builtin() -> Catalog:
 
 
 def load(extra_files: Iterable[str | Path] = ()) -> Catalog:
-    """The built-in catalog extended by user files, in order (later files win)."""
+    """The built-in catalog extended by user files, in order (later files win). Parsed once per
+    set of files as they stand (a plan resolves the same files for every candidate); an edited
+    file is read again."""
+    files = tuple(str(p) for p in extra_files)
+    return _load(tuple((f, _stamp(f)) for f in files)) if files else builtin()
+
+
+def _stamp(path: str) -> tuple[int, int] | None:
+    """What tells one version of a file from another: its modification time and size."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None  # reading it fails with the file's name
+    return st.st_mtime_ns, st.st_size
+
+
+@lru_cache(maxsize=32)
+def _load(files: tuple[tuple[str, tuple[int, int] | None], ...]) -> Catalog:
     cat = builtin()
-    for path in extra_files:
+    for path, _ in files:
         cat = cat.extended(path)
     return cat

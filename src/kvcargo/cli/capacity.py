@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from kvcargo.cli.options import config_from, sim_options
-from kvcargo.cli.simulate import jsonable
+from kvcargo.report.data import jsonable
 from kvcargo.report.text import count
 
 

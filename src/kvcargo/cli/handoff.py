@@ -3,49 +3,32 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
-from click.core import ParameterSource
 
 from kvcargo import catalog as catalog_mod
-from kvcargo.catalog import Link, Model
-from kvcargo.cli.options import field_options, range_help
-from kvcargo.cost import Pool
-from kvcargo.handoff import HandoffResult, calculate_keys
-from kvcargo.report.text import bytes_, rate_bps, seconds, table
+from kvcargo.cli.options import field_options
+from kvcargo.handoff import calculate_config
+from kvcargo.params import HandoffConfig
+from kvcargo.report.handoff import link_table, panel
 
 
 @click.command("handoff")
-@click.option("--model", default="llama3-8b", show_default=True, help="model key (kvcargo catalog models)")
-@click.option("--prompt", type=int, default=2048, show_default=True,
-              help="prompt tokens [range: 1 to the model's limit, where one prefill step's FLOP count still "
-                   "fits a 64-bit integer: 5,903,082 for llama3-8b]")
-@click.option("--link", default="eth-25g", show_default=True, help="link key (kvcargo catalog links)")
-@click.option("--kv-compress", default=None, help="codec applied to the hand-off (kvcargo catalog codecs)")
-@click.option("--kv-keep", type=float, default=None, help="fraction kept by freq-keep-k (needs --kv-compress freq-keep-k)" + range_help("kv_keep"))
-@click.option("--kv-ratio", type=float, default=None, help="wire ratio of the ratio codec (needs --kv-compress ratio)" + range_help("kv_ratio"))
-@click.option("--send", type=click.Choice(["whole", "layerwise"]), default="whole", show_default=True,
-              help="send the cache after the prefill, or stream it layer by layer")
-@click.option("--device", default="h100", show_default=True, help="prefill device (sets the prefill time)")
-@click.option("--devices-per-instance", type=int, default=1, show_default=True,
-              help="devices per prefill instance" + range_help("devices_per_instance"))
+@field_options(*HandoffConfig.model_fields, model=HandoffConfig)
 @click.option("--links", "all_links", is_flag=True, help="the link table: this hand-off over every link")
-@field_options("weight_format", "kv_format", "compute_format", "speculative", "catalog")
 @click.option("--json", "as_json", is_flag=True, help="print JSON (seconds, bytes, req/s)")
-def command(model: str, prompt: int, link: str, kv_compress: str | None, kv_keep: float | None,
-            kv_ratio: float | None, send: str,
-            device: str, devices_per_instance: int, all_links: bool, weight_format: str | None,
-            kv_format: str | None, compute_format: str | None, speculative: str | None, catalog: tuple[str, ...],
-            as_json: bool) -> None:
+def command(all_links: bool, as_json: bool, **params: Any) -> None:
     """Hand-off size, transfer time, time exposed after prefill and link saturation rate."""
-    if all_links and click.get_current_context().get_parameter_source("link") is not ParameterSource.DEFAULT:
+    given = {k: v for k, v in params.items() if v not in (None, ())}
+    if all_links and "link" in given:
         raise click.UsageError("--links shows every link: drop --link (or drop --links for one link)")
-    cat = catalog_mod.load(catalog)
-    keys = list(cat.links) if all_links else [link]
-    formats = {"weight_format": weight_format, "kv_format": kv_format, "compute_format": compute_format,
-               "speculative": speculative}
-    runs = [calculate_keys(cat, model, prompt, key, kv_compress, kv_keep, kv_ratio, send, device,
-                           devices_per_instance, **formats) for key in keys]
+    # click has parsed every type; the ranges are checked where the values enter the calculation
+    # (kvcargo.limits), which names each bound's reason
+    config = HandoffConfig.model_construct(**given)
+    cat = catalog_mod.load(config.catalog)
+    keys = list(cat.links) if all_links else [config.link]
+    runs = [calculate_config(config.model_copy(update={"link": key}), cat) for key in keys]
     results = [r for r, *_ in runs]
     if as_json:
         data = [r.as_dict() for r in results]
@@ -55,67 +38,3 @@ def command(model: str, prompt: int, link: str, kv_compress: str | None, kv_keep
     else:
         r, m, ln, pool = runs[0]
         click.echo(panel(r, ln.name, m.name, pool))
-
-
-def panel_rows(r: HandoffResult, link_name: str, model_name: str, pool: Pool) -> tuple[str, list[list[str]]]:
-    """The chapter's result panel as a title and (label, value, note) rows."""
-    codec = "uncompressed" if r.codec == "none" else f"{r.codec} (÷{r.ratio:.3g})"
-    rows = [
-        [HANDOFF_LABEL[r.handoff_kind], bytes_(r.kv_bytes), handoff_note(r)],
-        ["On the wire", bytes_(r.wire_bytes), codec],
-        ["Transfer", seconds(r.transfer_s), f"{link_name}, {rate_bps(r.bandwidth)}"],
-        ["Prefill", seconds(r.prefill_s), f"{pool.n}× {pool.device.name}"],
-        ["Exposed after prefill", seconds(r.exposed_s),
-         "added before decode can start" + (" (layer-wise streaming)" if r.send == "layerwise" else "")],
-        ["Link full at", f"{r.link_full_rps:.1f} req/s", "hand-offs alone"],
-    ]
-    return f"{model_name}, {r.prompt_tokens:,}-token prompt over {link_name}", rows
-
-
-HANDOFF_LABEL = {"kv": "KV to hand off", "kv+conv": "KV + conv cache to hand off",
-                 "conv": "Conv cache to hand off", "state": "State to hand off"}
-
-
-def handoff_note(r: HandoffResult) -> str:
-    """How the hand-off size comes about (what a mixer model hands off instead of K/V)."""
-    if r.handoff_kind == "state":
-        return "one distilled recurrent state per sequence, whatever the prompt"
-    per_token = f"{r.kv_bytes_per_token:,} B" if not r.draft_kv_bytes_per_token else (
-        f"({r.kv_bytes_per_token:,} + {r.draft_kv_bytes_per_token:,} draft) B")
-    per = f"{r.prompt_tokens:,} tokens × {per_token}"
-    if r.handoff_kind == "conv":
-        return per + " (Hyena: its convolution inputs, 2 × d per layer)"
-    if r.handoff_kind == "kv+conv":
-        return per + " (attention K/V + Hyena convolution inputs)"
-    if r.kv_bytes == r.prompt_tokens * (r.kv_bytes_per_token + r.draft_kv_bytes_per_token):
-        return per
-    return f"{r.prompt_tokens:,} tokens, sliding-window layers capped"
-
-
-EXPLANATION = {
-    "conv": "A Hyena layer hands decode the inputs of its two long convolutions for every prompt token "
-            "(2 × d values per layer) instead of attention K/V: four times a GQA cache, so decode memory "
-            "fills sooner.",
-    "kv+conv": "The hybrid's attention layers (every fourth) hand off K/V; its Hyena layers hand off the "
-               "inputs of their long convolutions (2 × d values per layer and token).",
-    "state": "Distilled decode replaces the per-token cache with a constant recurrent state per sequence "
-             "(16 complex values per channel and convolution): the hand-off and the decode memory of a "
-             "request do not grow with the prompt.",
-}
-"""What the panel adds when a model hands off something other than attention K/V."""
-
-
-def panel(r: HandoffResult, link_name: str, model_name: str, pool: Pool) -> str:
-    """The chapter's result panel."""
-    head, rows = panel_rows(r, link_name, model_name, pool)
-    text = head + "\n" + table(["", "", ""], rows, "lrl").split("\n", 2)[2]
-    return text + ("\n\n" + EXPLANATION[r.handoff_kind] if r.handoff_kind in EXPLANATION else "")
-
-
-def link_table(runs: list[tuple[HandoffResult, Model, Link, Pool]]) -> str:
-    """Link, bandwidth per direction, time for this hand-off (fastest first)."""
-    first = runs[0][0]
-    rows = [(ln.name, rate_bps(r.bandwidth), seconds(r.transfer_s))
-            for r, _, ln, _ in sorted(runs, key=lambda run: run[0].transfer_s)]
-    size = bytes_(first.wire_bytes)
-    return table(["Link", "Bandwidth", f"{size} takes"], rows, "lrr")

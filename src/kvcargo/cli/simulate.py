@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 import click
@@ -11,17 +10,7 @@ import click
 from kvcargo.cli.compare import GreedyFloats, compare_configs, refuse_ignored, sweep_rates
 from kvcargo.cli.options import config_from, sim_options
 from kvcargo.outputs import check_output
-
-
-def jsonable(x: Any) -> Any:
-    """NaN and infinities as null (strict JSON)."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    return x
+from kvcargo.report.data import jsonable
 
 
 @click.command("simulate")

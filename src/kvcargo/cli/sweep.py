@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from kvcargo.cli.options import given_params, sim_options
-from kvcargo.cli.simulate import jsonable
+from kvcargo.report.data import jsonable
 from kvcargo.outputs import atomic_path
 from kvcargo.report.text import count
 

@@ -21,9 +21,10 @@ def command(file: str, as_json: bool, bucket: float | None, model: str | None, *
     """Requests, duration, length percentiles, arrival-rate timeline, burstiness and prefix reuse
     of a trace (Mooncake JSONL, Azure 2023 CSV, kvcargo CSV, JSON rows or a mapped CSV/JSONL)."""
     from kvcargo import catalog as catalog_mod
-    from kvcargo.cli.simulate import jsonable
+    from kvcargo.report.data import jsonable
     from kvcargo.config import load_workload
-    from kvcargo.workload.stats import render, trace_stats
+    from kvcargo.report.trace_stats import render
+    from kvcargo.workload.stats import trace_stats
 
     config = config_from({**params, "workload_file": file})
     w = load_workload(config)

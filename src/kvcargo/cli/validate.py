@@ -20,7 +20,7 @@ def command(groups: tuple[str, ...], list_groups: bool, trace_dir: str | None, a
     statistics. Gaps between kvcargo's illustrative model and a measurement are reported, not
     failed; exit 1 only when a value kvcargo should reproduce does not match."""
     from kvcargo import validate
-    from kvcargo.cli.simulate import jsonable
+    from kvcargo.report.data import jsonable
 
     if list_groups:
         for name, title in validate.groups().items():

@@ -15,14 +15,14 @@ from kvcargo import stepcost
 from kvcargo.calibrated import N_SCALARS, N_TABLES, tabulate
 from kvcargo.catalog import Link
 from kvcargo.ced import replay_on_decode
-from kvcargo.config import Resolved
+from kvcargo.config import Resolved, needs_extra_columns
 from kvcargo.cost import HF_OVERHEAD, kv_capacity, model_coefficients, shape
 from kvcargo.engine import aot
 from kvcargo.engine import state as S
 from kvcargo.engine.loop import run_events
 from kvcargo.engine.state import Params, by_reference, grown, new_state
 from kvcargo.families import prefill_resident_bytes
-from kvcargo.handoff import Transfers, endpoint_work
+from kvcargo.transfer import Transfers, endpoint_work
 from kvcargo.linkmodel import effective, link_transfers
 from kvcargo.workload.traces import BLOCK_TOKENS
 
@@ -125,12 +125,6 @@ def engine_link(res: Resolved, link: Link) -> Link:
     return effective(link) if res.config.link_model == "measured" else link
 
 
-def needs_extra_columns(c) -> bool:  # type: ignore[no-untyped-def]
-    """Whether an opt-in model reads the per-request columns the reference does not need."""
-    return (c.send != "whole" or c.topology != "shared" or c.link_sharing != "fcfs" or c.kv_reserve != "at-decode"
-            or c.decode_prefix_cache or c.kv_compress is not None)
-
-
 def build_params(res: Resolved) -> tuple[Params, Transfers]:
     """Coefficient arrays and per-request hand-off figures for the engine."""
     w, c = res.workload, res.config
@@ -189,7 +183,7 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     ints[S.P_TOPOLOGY] = {"shared": S.SHARED, "nic": S.NIC, "nvlink-domain": S.DOMAIN}[c.topology]
     ints[S.P_FAIR] = int(c.link_sharing == "fair")
     ints[S.P_RESERVE] = int(pull)
-    ints[S.P_EARLY] = int(c.topology != "shared" or pull or c.decode_prefix_cache)
+    ints[S.P_EARLY] = int(c.early_decode_choice or pull)
     ints[S.P_DECCOST] = int(dec_cost)
     lev = res.levers
     ints[S.P_PREFILL_KVCAP] = (lev.prefill.kv_capacity if lev.has_layout or lev.draft is not None

@@ -38,7 +38,7 @@ from kvcargo.config import Resolved
 from kvcargo.cost import elementwise_pass, kv_capacity, mixed_work, model_coefficients, shape
 from kvcargo.engine.kvmemory import KvMemory, PrefixCache
 from kvcargo.errors import KvcargoError
-from kvcargo.handoff import endpoint_work, transfers
+from kvcargo.transfer import endpoint_work, transfers
 from kvcargo.serving import DEFAULT_BLOCK, DEFAULT_HOST_LINK, DEFAULT_MAX_SEQ_LEN, DEFAULT_PREEMPTION
 from kvcargo.workload.traces import BLOCK_TOKENS
 

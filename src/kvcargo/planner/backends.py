@@ -36,7 +36,7 @@ import re
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -162,16 +162,21 @@ class LocalBackend(Backend):
             first += 1
         if first == len(items):
             return
-        pool = self._executor()
-        parts = [range(first + r.start, first + r.stop) for r in chunks(len(items) - first, self.workers)]
-        yield from gather(parts, lambda r: pool.submit(run_chunk, fn, [items[i] for i in r]),
-                          lambda fs: wait(fs, return_when=FIRST_COMPLETED).done, lambda f: f.result(),
-                          "a worker process", retries=0)
+        yield from run_chunks(self._executor(), fn, items, first, self.workers, "a worker process", retries=0)
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
+
+
+def run_chunks(executor: Executor, fn: Callable[[Any], Any], items: Sequence[Any], first: int, workers: int,
+               what: str, retries: int = RETRIES) -> Iterator[tuple[int, Any]]:
+    """``items[first:]`` in about four chunks per worker on a ``concurrent.futures`` executor (a
+    process pool, or Dask's ``Client.get_executor()``), yielding ``(index, result)`` as chunks finish."""
+    parts = [range(first + r.start, first + r.stop) for r in chunks(len(items) - first, workers)]
+    yield from gather(parts, lambda r: executor.submit(run_chunk, fn, [items[i] for i in r]),
+                      lambda fs: wait(fs, return_when=FIRST_COMPLETED).done, lambda f: f.result(), what, retries)
 
 
 def _check_main_importable() -> None:
@@ -288,13 +293,8 @@ class DaskBackend(Backend):
         return max(1, sum(self._client.nthreads().values()))
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[tuple[int, Any]]:
-        from distributed import wait as dask_wait
-
         self.workers = self._fixed or self._threads()  # workers may have joined or left since
-        yield from gather(chunks(len(items), self.workers),
-                          lambda r: self._client.submit(run_chunk, fn, [items[i] for i in r], pure=False),
-                          lambda fs: dask_wait(fs, return_when="FIRST_COMPLETED").done, lambda f: f.result(),
-                          "a Dask task")
+        yield from run_chunks(self._client.get_executor(pure=False), fn, items, 0, self.workers, "a Dask task")
 
     def close(self) -> None:
         self._client.close()

@@ -26,16 +26,15 @@ import numpy as np
 from kvcargo import parallel
 from kvcargo.ced import replay_on_decode
 from kvcargo.config import Resolved, SimConfig, colocated_pool, resolve
-from kvcargo.cost import Pool, elementwise_pass, kv_capacity, shape
+from kvcargo.cost import Pool, kv_capacity, shape
 from kvcargo.engine import aot
 from kvcargo.errors import KvcargoError
-from kvcargo.handoff import endpoint_work
+from kvcargo.handoff import prefill_time
 from kvcargo.levers import PoolLevers
 from kvcargo.linkmodel import link_transfers
-from kvcargo.speculative import Draft, draft_prefill_time, speculative_step_time
+from kvcargo.speculative import Draft, speculative_step_time
 from kvcargo.stepcost import ATTENTION, step_class
 from kvcargo.stepcost import decode_step as class_decode_step
-from kvcargo.stepcost import prefill_step as class_prefill_step
 from kvcargo.steps import step_cost
 
 TARGET = 0.9
@@ -49,7 +48,7 @@ MIN_FRACTION = 2.0 ** -12
 """Give up (answer 0) once the bracket's top falls below this fraction of the start."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Ceilings:
     """Per-resource ceilings in req/s (pool totals) and what they were computed from."""
 
@@ -94,19 +93,11 @@ def _prefill_ceiling(config: SimConfig, model, pool: Pool, p: float, compression
                      lever: PoolLevers | None = None, draft: Draft | None = None) -> tuple[float, int, float]:
     n = max(1, math.floor(config.token_budget / p))
     s = max(1, round(p))
-    if lever is not None and lever.layout is not None:  # with its communication
-        t = parallel.prefill_time(model, pool, lever.layout, lever.scale_up, [s] * n, config.lm_head)
-    elif step_class(model) == ATTENTION:
-        t = step_cost(model, pool, "prefill", n, s, config.cost_model, config.lm_head)["time_s"]
-    else:  # FFT-mixing or CED (an encoder-only prefill pool when the decode side replays)
-        t = class_prefill_step(model, pool, [s] * n, config.lm_head, config.fft_efficiency,
-                               replay_on_decode(model) and config.mode != "colocated").time
-    if draft is not None:  # the draft prefills the same prompts
-        t += draft_prefill_time(draft.model, pool, [s] * n)
-    if compression is not None and compression.at == "endpoint":
-        nbytes = np.full(n, float(shape(model).handoff_bytes(s)))
-        ops, moved = endpoint_work(compression, nbytes, np.full(n, s), model.kv_bytes)
-        t += elementwise_pass(pool.coefficients(), float(ops.sum()), float(moved.sum()))[0]
+    t, _ = prefill_time(model, pool, n, s, cost_model=config.cost_model, lm_head=config.lm_head,
+                        fft_efficiency=config.fft_efficiency,
+                        encoder_only=replay_on_decode(model) and config.mode != "colocated", lever=lever,
+                        draft=draft.model if draft is not None else None, compression=compression,
+                        handoff_bytes=float(shape(model).handoff_bytes(s)))
     return n / t, n, t
 
 
@@ -145,9 +136,13 @@ def ceilings(config: SimConfig) -> Ceilings:
     else:  # the model does not fit one colocated instance of --device
         cpf = cdc = col = 0.0
     if res.colocated:  # resolve() has checked that it fits: col_kv == res.kv_capacity > 0
-        return Ceilings("colocated", p, o, cpf * n_col, cdc * n_col, math.inf, col, col, "colocated",
-                        cpf, cdc, n_col, n_col, n_cpf, t_cpf, cb, cctx, t_cdc, col_kv, 0.0, 0,
-                        n_col, cpf, cdc)
+        return Ceilings(mode="colocated", prompt=p, output=o, prefill=cpf * n_col, decode=cdc * n_col,
+                        link=math.inf, colocated=col, bound=col, bound_by="colocated",
+                        prefill_per_instance=cpf, decode_per_instance=cdc, prefill_instances=n_col,
+                        decode_instances=n_col, prefill_batch=n_cpf, prefill_step_s=t_cpf, decode_batch=cb,
+                        decode_context=cctx, decode_step_s=t_cdc, kv_capacity=col_kv, transfer_s=0.0, channels=0,
+                        colocated_instances=n_col, colocated_per_instance_prefill=cpf,
+                        colocated_per_instance_decode=cdc)
     lev = res.levers
     pf, n_pf, t_pf = _prefill_ceiling(config, model, res.prefill_pool, p, res.compression, lev.prefill, lev.draft)
     dc, b, ctx, t_dc = _decode_ceiling(config, model, res.decode_pool, res.kv_capacity, p, o, lev.decode, lev.draft)
@@ -162,9 +157,13 @@ def ceilings(config: SimConfig) -> Ceilings:
         link = math.inf
     totals = {"prefill": pf * res.n_prefill, "decode": dc * res.n_decode, "link": link}
     bound_by = min(totals, key=totals.__getitem__)
-    return Ceilings("disagg", p, o, totals["prefill"], totals["decode"], link, col, totals[bound_by], bound_by,
-                    pf, dc, res.n_prefill, res.n_decode, n_pf, t_pf, b, ctx, t_dc, res.kv_capacity, t_x,
-                    res.channels, n_col, cpf, cdc)
+    return Ceilings(mode="disagg", prompt=p, output=o, prefill=totals["prefill"], decode=totals["decode"],
+                    link=link, colocated=col, bound=totals[bound_by], bound_by=bound_by,
+                    prefill_per_instance=pf, decode_per_instance=dc, prefill_instances=res.n_prefill,
+                    decode_instances=res.n_decode, prefill_batch=n_pf, prefill_step_s=t_pf, decode_batch=b,
+                    decode_context=ctx, decode_step_s=t_dc, kv_capacity=res.kv_capacity, transfer_s=t_x,
+                    channels=res.channels, colocated_instances=n_col, colocated_per_instance_prefill=cpf,
+                    colocated_per_instance_decode=cdc)
 
 
 # ------------------------------------------------------------------------------------ search

@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import itertools
 import math
-import shlex
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -40,6 +39,7 @@ from kvcargo.planner.capacity import (
     ceilings,
     check_target,
 )
+from kvcargo.report.command import command_line
 from kvcargo.report.levers import lever_config
 from kvcargo.report.text import count
 
@@ -213,27 +213,6 @@ class PlanResult:
 
 
 # ------------------------------------------------------------------------- helpers
-
-
-def command_line(config: SimConfig, exclude: Iterable[str] = ()) -> str:
-    """The flags that rebuild ``config`` (only those that differ from the defaults)."""
-    skip = set(exclude)
-    parts: list[str] = []
-    for name, info in SimConfig.model_fields.items():
-        v = getattr(config, name)
-        if name in skip or v == info.default:
-            continue
-        flag = "--" + name.replace("_", "-")
-        if isinstance(v, bool):
-            parts.append(flag)
-        elif isinstance(v, tuple):
-            for x in v:
-                parts += [flag, shlex.quote(str(x))]
-        elif isinstance(v, float):
-            parts += [flag, str(int(v)) if v.is_integer() else repr(v)]
-        else:
-            parts += [flag, shlex.quote(str(v))]
-    return " ".join(parts)
 
 
 def parse_list(text: str | None, kind: type = str, name: str = "") -> tuple[Any, ...] | None:

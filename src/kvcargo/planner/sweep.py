@@ -95,7 +95,12 @@ def _cell(v: Any) -> str:
 
 
 def _parse_cell(column: str, text: str) -> Any:
-    """A CSV cell typed back: the head as text, config fields by their type, the rest by shape."""
+    """A CSV cell typed back: the head as text, config fields by their type, the rest by shape.
+
+    Kept rather than a pyarrow CSV reader: pyarrow types a column by what its cells look like
+    (a float field whose cells read ``8`` comes back int64), while a resumed sweep's cells must
+    equal fresh rows field by field; SimConfig's own field types (:func:`coerce`) are the schema,
+    and pyarrow stays optional (Parquet output only)."""
     if column in HEAD or column == "catalog":
         return text
     if text == "":

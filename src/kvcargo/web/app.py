@@ -29,6 +29,7 @@ from kvcargo import __version__
 from kvcargo import catalog as catalog_mod
 from kvcargo.config import DEFAULT_RATE, SimConfig
 from kvcargo.errors import KvcargoError, shown
+from kvcargo.params import MAX_PROMPT
 from kvcargo.web import checks, service
 from kvcargo.web import presets as presets_mod
 from kvcargo.web.workers import SimPool, SimulationTimeout, SimulatorBusy, WorkerFailed
@@ -118,7 +119,7 @@ def create_app(max_requests: int = 20_000, timeout_s: float = 30.0, workers: int
                   redoc_url=None, openapi_url="/api/openapi.json")
     app.state.pool = pool
     app.state.limits = {"max_requests": max_requests, "timeout_s": timeout_s, "workers": workers,
-                        "queue": queue, "max_prompt": service.MAX_PROMPT, **service.SIM_LIMITS}
+                        "queue": queue, "max_prompt": MAX_PROMPT, **service.SIM_LIMITS}
     hosts = None if allowed_hosts is None else set(allowed_hosts)
 
     @app.middleware("http")

@@ -1,8 +1,9 @@
 """What the web API computes, without the web: the calculator panel, the catalog, a simulation
 payload. The FastAPI routes (:mod:`kvcargo.web.app`) only parse, bound and serialise.
 
-Parameter names and defaults are the CLI's: the calculator's come from the ``kvcargo handoff``
-command itself, the simulator's from :class:`~kvcargo.config.SimConfig`.
+Parameter names, defaults and bounds are the CLI's: both faces take them from the parameter models,
+:class:`~kvcargo.params.HandoffConfig` for the calculator and :class:`~kvcargo.config.SimConfig`
+for the simulator.
 """
 
 from __future__ import annotations
@@ -10,87 +11,60 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import Any
 
 from kvcargo import catalog as catalog_mod
-from kvcargo.cli import handoff as handoff_cli
-from kvcargo.cli.simulate import jsonable
-from kvcargo.config import NumberFormat, SimConfig, describe
+from kvcargo.config import SimConfig
 from kvcargo.cost import Pool
 from kvcargo.errors import KvcargoError, clip
-from kvcargo.handoff import HandoffResult, calculate_keys
+from kvcargo.handoff import HandoffResult, calculate_config
+from kvcargo.params import SERVER_ONLY, HandoffConfig, build
+from kvcargo.report import handoff as handoff_report
+from kvcargo.report.data import jsonable
 from kvcargo.report.text import ms, pct
 
-_CLI = {p.name: p.default for p in handoff_cli.command.params}
-"""``kvcargo handoff``'s defaults: the calculator API uses exactly these."""
-
-MAX_PROMPT = 10_000_000
-"""Largest prompt the calculator accepts (tokens)."""
-
-# Bounds the web API puts on simulation parameters on top of SimConfig's own (one request must not
-# exhaust the machine). ``requests`` is bounded by the server's ``max_requests`` instead.
 SIM_LIMITS: dict[str, float] = {
     "prefill": 64, "decode": 64, "instances": 128, "link_channels": 64,
     "devices_per_instance": 64, "prefill_devices_per_instance": 64, "decode_devices_per_instance": 64,
     "prompt": 1_048_576, "output": 65_536, "max_batch": 4096, "token_budget": 1_048_576,
     "layer_groups": 256, "nics_per_instance": 64, "domain_size": 1024, "max_length": 1_048_576,
 }
-SERVER_ONLY = ("catalog", "workload_file")
-"""SimConfig fields that name files on the server: not accepted from a web client."""
+"""Bounds the web API puts on simulation parameters on top of SimConfig's own (one request must
+not exhaust the machine). ``requests`` is bounded by the server's ``max_requests`` instead."""
 
 
-class HandoffParams(BaseModel):
-    """``GET /api/handoff`` query: ``kvcargo handoff``'s options (one hand-off, no ``--links``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    model: str = _CLI["model"]
-    prompt: Annotated[int, Field(ge=1, le=MAX_PROMPT)] = _CLI["prompt"]
-    link: str = _CLI["link"]
-    kv_compress: str | None = _CLI["kv_compress"]
-    kv_keep: Annotated[float, Field(gt=0, le=1)] | None = _CLI["kv_keep"]
-    kv_ratio: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = _CLI["kv_ratio"]
-    send: Literal["whole", "layerwise"] = _CLI["send"]
-    device: str = _CLI["device"]
-    devices_per_instance: Annotated[int, Field(ge=1, le=1024)] = _CLI["devices_per_instance"]
-    weight_format: NumberFormat | None = _CLI["weight_format"]
-    kv_format: NumberFormat | None = _CLI["kv_format"]
-    compute_format: NumberFormat | None = _CLI["compute_format"]
-    speculative: str | None = _CLI["speculative"]
-
-
-def parse_handoff(query: Sequence[tuple[str, str]]) -> HandoffParams:
-    """Validate query parameters (each at most once; an empty ``kv_*`` parameter is unset)."""
+def parse_handoff(query: Sequence[tuple[str, str]]) -> HandoffConfig:
+    """Validate ``GET /api/handoff`` query parameters: :class:`HandoffConfig`'s fields less the
+    server-only ones, each at most once; an empty optional parameter is unset."""
     values: dict[str, str] = {}
     for key, value in query:
         if key in values:
             raise KvcargoError(f"parameter {key} given more than once")
         values[key] = value
-    for key in ("kv_compress", "kv_keep", "kv_ratio", "speculative", "weight_format", "kv_format", "compute_format"):
-        if values.get(key) == "":
+    _refuse_server_only(values)
+    for key, field in HandoffConfig.model_fields.items():
+        if values.get(key) == "" and field.default is None:
             del values[key]
-    try:
-        return HandoffParams(**values)
-    except ValidationError as exc:
-        raise KvcargoError(describe(exc)) from None
+    return HandoffConfig.build(**values)
 
 
-def handoff(params: HandoffParams, catalog_files: Sequence[str] = ()) -> dict[str, Any]:
+def _refuse_server_only(values: Mapping[str, Any]) -> None:
+    for key in SERVER_ONLY:
+        if key in values:
+            raise KvcargoError(f"--{key.replace('_', '-')} names a file on the server: not accepted by the web API")
+
+
+def handoff(params: HandoffConfig, catalog_files: Sequence[str] = ()) -> dict[str, Any]:
     """The calculator: ``kvcargo handoff --json``'s numbers plus the CLI's text panel (``panel``)."""
-    result, m, link, pool = calculate_keys(
-        catalog_mod.load(catalog_files), params.model, params.prompt, params.link, params.kv_compress,
-        params.kv_keep, params.kv_ratio, params.send, params.device, params.devices_per_instance,
-        params.weight_format, params.kv_format, params.compute_format, params.speculative)
+    result, m, link, pool = calculate_config(params.model_copy(update={"catalog": tuple(catalog_files)}))
     return {**result.as_dict(), "layers": m.layers, "panel": panel(result, link.name, m.name, pool)}
 
 
 def panel(result: HandoffResult, link_name: str, model_name: str, pool: Pool) -> dict[str, Any]:
     """``kvcargo handoff``'s text panel as a title and (label, value, note) rows: the very strings
     the CLI prints, so the page and the terminal cannot disagree."""
-    title, rows = handoff_cli.panel_rows(result, link_name, model_name, pool)
-    return {"title": title, "rows": rows, "explain": handoff_cli.EXPLANATION.get(result.handoff_kind, "")}
+    title, rows = handoff_report.panel_rows(result, link_name, model_name, pool)
+    return {"title": title, "rows": rows, "explain": handoff_report.EXPLANATION.get(result.handoff_kind, "")}
 
 
 def catalog(catalog_files: Sequence[str] = ()) -> dict[str, Any]:
@@ -100,7 +74,11 @@ def catalog(catalog_files: Sequence[str] = ()) -> dict[str, Any]:
 
 
 def handoff_defaults() -> dict[str, Any]:
-    return HandoffParams().model_dump()
+    """HandoffConfig's defaults, less the server-only fields."""
+    d = HandoffConfig().model_dump()
+    for key in SERVER_ONLY:
+        d.pop(key, None)
+    return d
 
 
 def simulate_defaults() -> dict[str, Any]:
@@ -113,9 +91,7 @@ def simulate_defaults() -> dict[str, Any]:
 
 def check_simulation(body: Mapping[str, Any], max_requests: int, catalog_files: Sequence[str] = ()) -> SimConfig:
     """Validate a ``POST /api/simulate`` body (a JSON object) into a SimConfig, within the web API's bounds."""
-    for key in SERVER_ONLY:
-        if key in body:
-            raise KvcargoError(f"--{key.replace('_', '-')} names a file on the server: not accepted by the web API")
+    _refuse_server_only(body)
     for key in body:
         if key not in SimConfig.model_fields:
             raise KvcargoError(f"unknown parameter {clip('--' + str(key).replace('_', '-'))}")
@@ -123,10 +99,7 @@ def check_simulation(body: Mapping[str, Any], max_requests: int, catalog_files: 
     if isinstance(requests, int) and not isinstance(requests, bool) and requests > max_requests:
         raise KvcargoError(f"invalid --requests (got {requests}): at most {max_requests:,} per run "
                            "in the web API (kvcargo ui --max-requests)")
-    try:  # strict: JSON true is not 1, "9" is not 9
-        config = SimConfig.model_validate(dict(body), strict=True)
-    except ValidationError as exc:
-        raise KvcargoError(describe(exc)) from None
+    config = build(SimConfig, dict(body), strict=True)  # strict: JSON true is not 1, "9" is not 9
     for key, limit in SIM_LIMITS.items():
         value = getattr(config, key)
         if value is not None and value > limit:

@@ -7,6 +7,11 @@ is safe next to the server's threads) over a pipe, one run at a time. A run that
 background), so it does not wait the seconds a new process takes to load the engine. Runs beyond
 ``workers`` wait in a queue of at most ``queue`` and are refused when it is full. The server's
 event loop only awaits futures, so the calculator never waits for a simulation.
+
+Kept rather than a library pool: ``concurrent.futures`` cannot stop a running task (only kill
+the whole pool), no maintained pool among kvcargo's dependencies kills one task's process at a
+deadline and hands the next run an already-started spare, and the planner's local backend
+batches work without deadlines.
 """
 
 from __future__ import annotations

@@ -291,7 +291,11 @@ _DATETIME = re.compile(
 
 
 def _wallclock_ns(text: str) -> int | None:
-    """Nanoseconds since 1970 of a wall-clock timestamp (exact; up to 9 fractional digits)."""
+    """Nanoseconds since 1970 of a wall-clock timestamp (exact; up to 9 fractional digits).
+
+    Kept rather than ``numpy.datetime64``: numpy refuses a leap second (:60, read here as the next
+    second's start), its nanosecond stamps wrap outside 1678–2262 (year 0 reads as 1753) and it
+    deprecates UTC offsets, so the same trace would read differently."""
     m = _DATETIME.match(text)
     if m is None:
         return None

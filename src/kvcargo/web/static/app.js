@@ -66,6 +66,7 @@ function calcParams() {
   p.set("link", $("#calc-link").value);
   const codec = $("#calc-kv_compress").value;
   if (codec) p.set("kv_compress", codec);
+  if (codec) p.set("kv_compress_at", $("#calc-kv_compress_at").value);
   if (codec === "freq-keep-k") p.set("kv_keep", $("#calc-kv_keep").value);
   if (codec && state.catalog.codecs[codec].kind === "ratio") p.set("kv_ratio", $("#calc-kv_ratio").value);
   p.set("send", document.querySelector('input[name="send"]:checked').value);
@@ -80,6 +81,7 @@ async function updateCalculator() {
   const abort = new AbortController();
   state.calcAbort = abort;
   const codec = $("#calc-kv_compress").value;
+  $("#calc-kv_compress_at-field").hidden = !codec;
   $("#calc-kv_keep-field").hidden = codec !== "freq-keep-k";
   $("#calc-kv_ratio-field").hidden = !codec || state.catalog.codecs[codec].kind !== "ratio";
   const prompt = Number($("#calc-prompt").value);
@@ -222,11 +224,12 @@ function setupCalculator(cat) {
   fillSelect($("#calc-kv_compress"), named(cat.codecs, ["none"]), { blank: "uncompressed", value: d.kv_compress || "" });
   fillSelect($("#calc-device"), named(cat.devices), { value: d.device });
   $("#calc-devices_per_instance").value = d.devices_per_instance;
+  $("#calc-kv_compress_at").value = d.kv_compress_at;
   $("#calc-prompt").max = cat.limits.max_prompt;
   document.querySelector(`input[name="send"][value="${d.send}"]`).checked = true;
   $("#calc-prompt-range").addEventListener("input", (e) => setPrompt(e.target.value, "range"));
   $("#calc-prompt").addEventListener("input", (e) => setPrompt(e.target.value, "number"));
-  for (const id of ["#calc-model", "#calc-link", "#calc-kv_compress", "#calc-device"]) {
+  for (const id of ["#calc-model", "#calc-link", "#calc-kv_compress", "#calc-kv_compress_at", "#calc-device"]) {
     $(id).addEventListener("change", updateCalculator);
   }
   for (const id of ["#calc-kv_keep", "#calc-kv_ratio", "#calc-devices_per_instance"]) {
@@ -501,7 +504,8 @@ function plotResults(r) {
 // ------------------------------------------------------------------------------------- errors
 
 const CALC_LABELS = {
-  model: "Model", prompt: "Prompt tokens", link: "Link", kv_compress: "Compression", kv_keep: "Kept fraction",
+  model: "Model", prompt: "Prompt tokens", link: "Link", kv_compress: "Compression", kv_compress_at: "Codec runs",
+  kv_keep: "Kept fraction",
   kv_ratio: "Wire ratio", send: "Send", device: "Prefill device", devices_per_instance: "Devices per instance",
 };
 const SIM_LABELS = Object.fromEntries(SIM_FIELDS.map(([name, label]) => [name, label]));
