@@ -20,7 +20,7 @@ from kvcargo.engine import sched_state as S
 from kvcargo.engine.sched_gaps import per_request
 from kvcargo.engine.scheduled import WATERMARK, _sum
 from kvcargo.errors import KvcargoError
-from kvcargo.handoff import endpoint_work, transfers
+from kvcargo.transfer import endpoint_work, transfers
 from kvcargo.serving import DEFAULT_BLOCK, DEFAULT_HOST_LINK, DEFAULT_MAX_SEQ_LEN, DEFAULT_PREEMPTION
 
 PLAIN_S_PER_TOKEN = 4e-6
