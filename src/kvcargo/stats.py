@@ -1,7 +1,7 @@
 """Exact sample statistics, fast on millions of values.
 
-* :func:`exact_sum` — the correctly rounded sum (``math.fsum``'s result: it is unique, so a
-  compiled Shewchuk summation gives the same float); means are ``exact_sum / n`` as
+* :func:`exact_sum` — the correctly rounded sum (``math.fsum``'s result: it is unique, so an
+  exact integer accumulation, correctly rounded once, gives the same float); means are ``exact_sum / n`` as
   ``statistics.fmean`` (:func:`exact_weighted_mean` also for a sample given as multiplicities).
 * :func:`percentiles` — the reference's linear interpolation between order statistics
   (reference-semantics §7), from order statistics found by partial sorting (O(n), not a sort).
@@ -65,14 +65,46 @@ def _rounded(partials, n):
     return hi
 
 
+LIMBS = 67
+"""32-bit limbs of :func:`_limb_sum`'s accumulator: every finite double is ``m·2^(s − 1074)``
+with a 53-bit ``m`` and ``0 ≤ s ≤ 2045``, so its bits fall in limbs 0 … 65 (one more for carries)."""
+
+
 @kernel
-def _shewchuk_sum(x):
-    """Correctly rounded sum of finite floats (CPython's fsum algorithm)."""
-    partials = np.empty(64)
-    n = 0
-    for k in range(x.shape[0]):
-        partials, n = _add(partials, n, x[k])
-    return _rounded(partials, n)
+def _limb_sum(x):
+    """The exact sum of ``x`` as an integer in 32-bit limbs: ``Σ x = Σ limbs[i]·2^(32i − 1074)``
+    (a signed top limb). ``limbs[LIMBS]`` is 1 if a value is not finite (the sum is then not
+    formed). Integer additions only: exact in any order, a few operations per value."""
+    bits = x.view(np.int64)
+    limbs = np.zeros(LIMBS + 1, dtype=np.int64)
+    for k in range(bits.shape[0]):
+        b = bits[k]
+        e = (b >> 52) & 0x7FF
+        if e == 0x7FF:
+            limbs[LIMBS] = 1
+            return limbs
+        m = b & 0xFFFFFFFFFFFFF
+        if e > 0:
+            m |= 0x10000000000000
+        else:  # subnormal: the same scale as the smallest normal exponent
+            e = 1
+        i = (e - 1) >> 5
+        o = (e - 1) & 31
+        lo = (m & 0xFFFFFFFF) << o  # < 2^63
+        hi = (m >> 32) << o  # < 2^52
+        if b < 0:
+            limbs[i] -= lo & 0xFFFFFFFF
+            limbs[i + 1] -= (lo >> 32) + (hi & 0xFFFFFFFF)
+            limbs[i + 2] -= hi >> 32
+        else:
+            limbs[i] += lo & 0xFFFFFFFF
+            limbs[i + 1] += (lo >> 32) + (hi & 0xFFFFFFFF)
+            limbs[i + 2] += hi >> 32
+        if (k & 0xFFFFFF) == 0xFFFFFF:  # carry before a limb could overflow (2^24 values of < 2^34)
+            for j in range(LIMBS - 1):
+                limbs[j + 1] += limbs[j] >> 32
+                limbs[j] &= 0xFFFFFFFF
+    return limbs
 
 
 @kernel(inline=True)
@@ -107,10 +139,16 @@ def _weighted_sum(values, weights):
 
 
 def exact_sum(x: np.ndarray) -> float:
-    """``math.fsum(x)``, compiled when numba is available."""
+    """``math.fsum(x)``: compiled, the exact sum as an integer (:func:`_limb_sum`) divided by
+    ``2^1074`` — Python's integer division rounds correctly, so it is fsum's unique result."""
     x = np.ascontiguousarray(x, dtype=np.float64)
-    if fast(_shewchuk_sum) and len(x) > 256:
-        return float(_shewchuk_sum(x))
+    if fast(_limb_sum) and len(x) > 256:
+        limbs = _limb_sum(x).tolist()
+        if not limbs[LIMBS]:
+            try:
+                return sum(v << (32 * i) for i, v in enumerate(limbs[:LIMBS])) / (1 << 1074)
+            except OverflowError:  # beyond the largest float: fsum says so
+                pass
     return math.fsum(x.tolist())
 
 
@@ -127,7 +165,7 @@ def exact_weighted_mean(values: np.ndarray, weights: np.ndarray) -> float:
     if n == 0:
         return math.nan
     v = np.ascontiguousarray(values, dtype=np.float64)
-    w = np.ascontiguousarray(weights, dtype=np.float64)
+    w = np.ascontiguousarray(weights, dtype=np.int64)  # integers: exact as floats, no float copy
     if fast(_weighted_sum):
         return float(_weighted_sum(v, w)) / n
     return math.fsum(x for pair in map(_two_product, v.tolist(), w.tolist()) for x in pair) / n
@@ -157,10 +195,15 @@ def percentiles(x: np.ndarray, ps: tuple[float, ...]) -> list[float]:
     return [_lerp(float(part[lo]), float(part[hi]), t) for lo, hi, t in ranks]
 
 
-def weighted_percentiles(values: np.ndarray, weights: np.ndarray, ps: tuple[float, ...]) -> list[float]:
-    """As :func:`percentiles` for a sample where ``values[i]`` occurs ``weights[i]`` times."""
-    keep = weights > 0
-    v, w = np.ascontiguousarray(values[keep], dtype=np.float64), np.ascontiguousarray(weights[keep], dtype=np.int64)
+def weighted_percentiles(values: np.ndarray, weights: np.ndarray, ps: tuple[float, ...],
+                         overwrite: bool = False) -> list[float]:
+    """As :func:`percentiles` for a sample where ``values[i]`` occurs ``weights[i]`` times.
+    ``overwrite``: the arrays may be reordered in place (pairs kept), saving their copies."""
+    if overwrite and fast(_weighted_select):  # zero weights hold no rank: the selection skips them
+        v, w = np.ascontiguousarray(values, dtype=np.float64), np.ascontiguousarray(weights, dtype=np.int64)
+    else:
+        keep = weights > 0
+        v, w = np.array(values[keep], dtype=np.float64), np.array(weights[keep], dtype=np.int64)  # copies
     n = int(w.sum())
     if n == 0:
         return [math.nan] * len(ps)
@@ -179,9 +222,10 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, ps: tuple[floa
 def _weighted_select(values, weights, ranks):
     """The values at the given 0-based ranks (ascending) of the sample where ``values[i]``
     occurs ``weights[i]`` times: one weighted multi-quickselect (three-way partitions, median
-    of three), descending only into the parts that hold a wanted rank."""
-    v = values.copy()
-    w = weights.copy()
+    of three), descending only into the parts that hold a wanted rank. It permutes ``values``
+    and ``weights`` in place (its caller's own copies: no third copy of a large sample)."""
+    v = values
+    w = weights
     out = np.empty(ranks.shape[0])
     stack = [(0, v.shape[0], 0, 0, ranks.shape[0])]  # [lo, hi), weight before lo, ranks [r0, r1)
     while len(stack) > 0:
