@@ -105,7 +105,7 @@ def _use(module: ModuleType) -> None:
     from kvcargo.engine import loop
 
     types = json.loads(Path(module.__file__).with_suffix(".types").read_text(encoding="utf-8"))  # type: ignore[arg-type]
-    entry, plain = getattr(module, ENTRY), loop.run_events
+    entry, plain_loop = getattr(module, ENTRY), loop.run_events
 
     def run_events(st: State, pr: Params) -> int:
         """The compiled event loop, or the loop it replaces (just in time, if that pays) when an
@@ -114,10 +114,10 @@ def _use(module: ModuleType) -> None:
         if fits(arrays, types[ENTRY]):
             return entry(*arrays)
         _jit.use_compiled(len(st.t) * ENGINE_PLAIN_S)
-        return _jit.current(plain)(st, pr)
+        return _jit.current(plain_loop)(st, pr)
 
     _runner = run_events
-    _jit.rebind(plain, run_events)
+    _jit.rebind(plain_loop, run_events)
     for mod, name in HELPERS:
         plain = getattr(importlib.import_module(mod), name)
         _jit.rebind(plain, _checked(getattr(module, name), types[name], plain))
