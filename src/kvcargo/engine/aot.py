@@ -42,7 +42,7 @@ from kvcargo.engine.state import Params, State
 MODULE = "kvcargo_engine_aot"
 ENTRY = "run_arrays"
 HELPERS = (("kvcargo.workload.draws", "draw_requests"), ("kvcargo.metrics", "_token_gaps"),
-           ("kvcargo.stats", "_weighted_sum"), ("kvcargo.stats", "_limb_sum"),
+           ("kvcargo.stats", "_weighted_limbs"), ("kvcargo.stats", "_limb_sum"),
            ("kvcargo.stats", "_weighted_select"))
 """Kernels called from Python besides the event loop, exported under their own names: with
 them, a run through the module calls no other kernel from Python, so it never imports numba."""
