@@ -161,7 +161,8 @@ def first_run() -> None:
         row("install step: building the engine (`scripts/setup.sh`, empty caches, one run)", "says so",
             r.text())
         r = child(KVCARGO + ["reproduce"], 1, env=env)
-        row("first `kvcargo reproduce` after installing (one run)", "≤ 15 s", r.text() + f" ({met(r.wall <= 15)})")
+        row("first `kvcargo reproduce` after installing (one run)", "≤ 15 s",
+            r.text() + f" ({met(r.wall <= 15)})")
     with tempfile.TemporaryDirectory() as cache:
         env = {**ENV, "NUMBA_CACHE_DIR": cache, "KVCARGO_CACHE_DIR": cache}
         r = child(KVCARGO + ["reproduce"], 1, env=env)

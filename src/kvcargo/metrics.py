@@ -46,7 +46,8 @@ def describe(values: np.ndarray, prefix: str) -> dict[str, float]:
     return out
 
 
-def describe_weighted(values: np.ndarray, weights: np.ndarray, prefix: str, overwrite: bool = False) -> dict[str, float]:
+def describe_weighted(values: np.ndarray, weights: np.ndarray, prefix: str,
+                      overwrite: bool = False) -> dict[str, float]:
     """As :func:`describe` for a sample where ``values[i]`` occurs ``weights[i]`` times (the same
     figures as the expanded sample's, bit for bit). ``overwrite``: the arrays may be reordered."""
     n = int(weights.sum())
@@ -128,7 +129,7 @@ def _token_gaps(ends, inst, n_inst, r_inst, r_first, r_output, r_first_token):
     for g in range(inst.shape[0]):
         count[inst[g] + 1] += 1
     start = np.cumsum(count)
-    index = np.empty(inst.shape[0], dtype=np.int32)  # (instance, ordinal) → position in the log (< 2^31 steps)
+    index = np.empty(inst.shape[0], dtype=np.int32)  # (instance, ordinal) → log position (< 2^31)
     filled = start[:n_inst].copy()
     for g in range(inst.shape[0]):
         index[filled[inst[g]]] = g
@@ -186,7 +187,8 @@ def summarize(out: EngineOutput) -> dict[str, Any]:
     }
     lat = latency_samples(out, steady)
     s |= describe(lat["ttft"], "ttft") | describe(lat["tpot"], "tpot")
-    s |= describe_weighted(*itl_sample(out, steady), "itl", overwrite=True) | describe((out.finish - out.arrival)[steady], "e2e")
+    s |= describe_weighted(*itl_sample(out, steady), "itl", overwrite=True)
+    s |= describe((out.finish - out.arrival)[steady], "e2e")
     handoff = describe(lat["handoff"], "handoff")
     s |= handoff
     if cfg.send == "layerwise":  # the same quantity, named for what streaming changes
@@ -345,7 +347,8 @@ def _instances(out: EngineOutput) -> list[dict[str, Any]]:
     # summed exactly as floats, so the means are numpy's of each instance's batches)
     served = np.bincount(out.prefill_inst[out.prefill_inst >= 0], minlength=n_pre).tolist()
     step_rows = np.bincount(out.step_inst[:, 0], minlength=len(pools) - n_pre).tolist()
-    batch_sum = np.bincount(out.step_inst[:, 0], weights=out.step_inst[:, 1], minlength=len(pools) - n_pre).tolist()
+    batch_sum = np.bincount(out.step_inst[:, 0], weights=out.step_inst[:, 1],
+                            minlength=len(pools) - n_pre).tolist()
     for i, (name, pool) in enumerate(pools):
         row = out.stats[i]
         steps = int(row[S_STEPS])

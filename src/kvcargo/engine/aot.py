@@ -6,8 +6,8 @@ So the first run whose work pays for compiling has built, with ``numba.pycc``, a
 module exporting :func:`kvcargo.engine.loop.run_events` over the state's and the parameters'
 arrays, and the other kernels a run calls from Python (:data:`HELPERS`: drawing the workload,
 the summary's token gaps, exact sums and weighted order statistics) — in a background process
-while it goes on as plain Python, unless the job alone is worth waiting for. It is kept in kvcargo's cache directory (``KVCARGO_CACHE_DIR``, else
-``~/.cache/kvcargo``) under a key of the engine's sources, numba's and Python's versions; later
+while it goes on as plain Python, unless the job alone is worth waiting for. It is kept in
+kvcargo's cache directory (``KVCARGO_CACHE_DIR``, else ``~/.cache/kvcargo``) under a key of the engine's sources, numba's and Python's versions; later
 processes import it in milliseconds and never import numba to simulate. It is the same code
 through the same compiler, so its results are those of the JIT and of plain Python, bit for bit.
 
@@ -229,14 +229,17 @@ def _build_in_background() -> bool:
             return _load() is None and _build_in_background()
         return _build_in_background()
     package_root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
     with open(lock.with_name("build.log"), "wb") as log:
         child = subprocess.Popen([sys.executable, "-c", "from kvcargo.engine import aot; aot.build_locked()"],
-                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True)
+                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                                 start_new_session=True)
     os.write(fd, str(child.pid).encode())
     os.close(fd)
     print("kvcargo: building the compiled simulation engine in the background, once after installing or "
-          f"upgrading (about a minute; log: {lock.with_name('build.log')}); until then runs stay plain Python",
+          f"upgrading (about a minute; log: {lock.with_name('build.log')}); until then runs stay plain "
+          "Python",
           file=sys.stderr, flush=True)
     return True
 
@@ -358,7 +361,8 @@ def install() -> None:
     """Build the module now unless it is built (an installer's step: ``scripts/setup.sh`` runs
     ``python -m kvcargo.engine.aot``, so a first run after installing finds it)."""
     if not _jit.AVAILABLE:
-        print("kvcargo: numba is not installed (or KVCARGO_JIT=0): the engine stays plain Python", file=sys.stderr)
+        print("kvcargo: numba is not installed (or KVCARGO_JIT=0): the engine stays plain Python",
+              file=sys.stderr)
     elif _load() is not None:
         print(f"kvcargo: the compiled simulation engine is built ({_path().parent})", file=sys.stderr)
     elif _wait_for_build() is None and _build() is not None:

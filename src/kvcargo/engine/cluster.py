@@ -272,8 +272,8 @@ def run(res: Resolved) -> EngineOutput:
         return col(tx, c) if len(tx) == n else np.full(n, np.nan)
 
     return EngineOutput(
-        resolved=res, arrival=np.asarray(w.arrival, dtype=np.float64), prompt=np.asarray(w.prompt, dtype=np.int64),
-        output=np.asarray(w.output, dtype=np.int64),
+        resolved=res, arrival=np.asarray(w.arrival, dtype=np.float64),
+        prompt=np.asarray(w.prompt, dtype=np.int64), output=np.asarray(w.output, dtype=np.int64),
         prefill_start=t[:, S.PREFILL_START], first_token=t[:, S.FIRST_TOKEN], kv_start=t[:, S.KV_START],
         kv_ready=t[:, S.KV_READY], decode_start=t[:, S.DECODE_START], finish=t[:, S.FINISH],
         status=col(r, S.STATUS), prefill_inst=col(r, S.PREFILL_INST), decode_inst=col(r, S.DECODE_INST),

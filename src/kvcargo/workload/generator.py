@@ -55,7 +55,8 @@ def generate(n: int, rate: float, prompt: LengthDist, output: LengthDist, seed: 
         raise KvcargoError(f"rate must be a positive number of requests per second, got {rate:g}")
     from kvcargo.engine import aot
 
-    aot.prepare(n, accumulate=False, unit_plain_s=DRAW_PLAIN_S)  # before the import below: it then finds the compiled kernel
+    # before the import below, which then finds the compiled kernel
+    aot.prepare(n, accumulate=False, unit_plain_s=DRAW_PLAIN_S)
     from kvcargo.workload.draws import draw_requests, uniforms
 
     rng = random.Random(seed)
