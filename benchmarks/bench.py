@@ -14,7 +14,7 @@ system, the process and its children: steadier than wall time on a loaded machin
 * 20,000 requests with chunked prefill and paged KV (the serving levers' scheduled engine), and
   1,000,000 of them beside the default 1,000,000 (target: at most 2× its time);
 * ``--first-run``: the README's ``kvcargo reproduce`` with empty numba and kvcargo caches (what
-  a fresh install meets);
+  a fresh install meets), after the install step that builds the engine and without it;
 * in one process: the 20,000-request stream (spec §8.1) through kvcargo and the SimPy oracle,
   identical timestamps required; and the same stream under ``--cost-model calibrated
   --link-model measured`` against the default roofline (best of 3, tabulation included; the
@@ -154,6 +154,28 @@ def calibrated_vs_roofline(n: int) -> None:
         f"{t_cal:.3f} s vs {t_roof:.3f} s ({t_cal / t_roof:.2f}×, {met(t_cal <= 2 * t_roof)})")
 
 
+def first_run() -> None:
+    """The README's ``kvcargo reproduce`` on a fresh install (empty numba and kvcargo caches): after
+    ``scripts/setup.sh``'s build step, and without it (the engine is then built in the background
+    while the run goes on as plain Python; the row waits for that build to end)."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**ENV, "NUMBA_CACHE_DIR": cache, "KVCARGO_CACHE_DIR": cache}
+        r = child([sys.executable, "-m", "kvcargo.engine.aot"], 1, env=env)
+        row("install step: building the engine (`scripts/setup.sh`, empty caches, one run)", "says so",
+            r.text())
+        r = child(KVCARGO + ["reproduce"], 1, env=env)
+        row("first `kvcargo reproduce` after installing (one run)", "≤ 15 s",
+            r.text() + f" ({met(r.wall <= 15)})")
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**ENV, "NUMBA_CACHE_DIR": cache, "KVCARGO_CACHE_DIR": cache}
+        r = child(KVCARGO + ["reproduce"], 1, env=env)
+        row("first `kvcargo reproduce` without the install step (engine built in the background)", "≤ 15 s",
+            r.text() + f" ({met(r.wall <= 15)})")
+        deadline = time.time() + 900
+        while list(Path(cache).glob("engine-*/building")) and time.time() < deadline:
+            time.sleep(1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=5, help="runs of each short process (the best counts)")
@@ -198,10 +220,7 @@ def main() -> None:
         row("10,000,000 requests `--summary-only` (one run)", "≤ 40 s, ≤ 1 GB",
             r.text() + f", {r.mb:,.0f} MB ({met(r.wall <= 40 and r.mb <= 1024)})")
     if args.first_run:
-        with tempfile.TemporaryDirectory() as cache:
-            r = child(KVCARGO + ["reproduce"], 1, env={**ENV, "NUMBA_CACHE_DIR": cache, "KVCARGO_CACHE_DIR": cache})
-        row("first `kvcargo reproduce` after installing (empty numba cache, one run)", "≤ 15 s",
-            r.text() + f" ({met(r.wall <= 15)})")
+        first_run()
     r = child(KVCARGO + ["simulate", "--requests", str(args.requests), "--summary-only"] + SCHEDULED, 1)
     row(f"{args.requests:,} requests, chunked prefill + paged KV (the scheduled engine, one run)", "—", r.text())
     versus_oracle(args.requests)

@@ -103,6 +103,12 @@ def fast(fn: Callable) -> bool:
     return id(fn) not in _plain_ids
 
 
+def current(fn: F) -> F:
+    """The kernel ``fn`` (its plain function) as the process runs it now: its dispatcher once
+    compiled just in time."""
+    return _dispatchers.get(id(fn), fn)
+
+
 def use_compiled(plain_s: float) -> bool:
     """Called before a job that would take ``plain_s`` seconds as plain Python: compile the
     kernels now if this job, together with what this process ran before, pays for it. Whether

@@ -11,6 +11,7 @@ requests were in each step, plus each request's first gap.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -45,14 +46,16 @@ def describe(values: np.ndarray, prefix: str) -> dict[str, float]:
     return out
 
 
-def describe_weighted(values: np.ndarray, weights: np.ndarray, prefix: str) -> dict[str, float]:
+def describe_weighted(values: np.ndarray, weights: np.ndarray, prefix: str,
+                      overwrite: bool = False) -> dict[str, float]:
     """As :func:`describe` for a sample where ``values[i]`` occurs ``weights[i]`` times (the same
-    figures as the expanded sample's, bit for bit)."""
+    figures as the expanded sample's, bit for bit). ``overwrite``: the arrays may be reordered."""
     n = int(weights.sum())
     out = {f"{prefix}_mean": exact_weighted_mean(values, weights)}
-    for p, v in zip(PERCENTILES, weighted_percentiles(values, weights, PERCENTILES)):
+    top = float(values[weights > 0].max()) if n else math.nan
+    for p, v in zip(PERCENTILES, weighted_percentiles(values, weights, PERCENTILES, overwrite)):
         out[f"{prefix}_p{p}"] = v
-    out[f"{prefix}_max"] = float(values[weights > 0].max()) if n else math.nan
+    out[f"{prefix}_max"] = top
     return out
 
 
@@ -72,25 +75,31 @@ def handoff_start(out: EngineOutput) -> np.ndarray:
     return out.prefill_done if replay_on_decode(out.resolved.model) else out.first_token
 
 
-def stage_times(out: EngineOutput) -> dict[str, np.ndarray]:
-    """Per-request stage durations (absent stages are 0); they sum to the end-to-end latency."""
+def stage_times(out: EngineOutput, requests: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Per-request stage durations (absent stages are 0) of ``requests`` (default: all); they sum
+    to the end-to-end latency. One stage at a time: a summary of millions holds one array."""
+    return dict(_stage_times(out, requests))
+
+
+def _stage_times(out: EngineOutput, requests: np.ndarray | None) -> Iterator[tuple[str, np.ndarray]]:
+    def take(a: np.ndarray) -> np.ndarray:
+        return a if requests is None else a[requests]
 
     def gap(end: np.ndarray, start: np.ndarray) -> np.ndarray:
         d = end - start
         return np.where(np.isnan(d), 0.0, d)
 
-    start = handoff_start(out)
-    landed = np.where(np.isnan(out.kv_ready), start, out.kv_ready)
-    return {
-        "prefill_queue": gap(out.prefill_start, out.arrival),
-        "prefill": gap(start, out.prefill_start),
-        # streamed layer by layer, a hand-off can start before the first token: its wait is 0
-        # and only the part after the first token counts as transfer
-        "kv_wait": np.maximum(gap(out.kv_start, start), 0.0),
-        "kv_transfer": gap(out.kv_ready, np.fmax(out.kv_start, start)),
-        "decode_queue": gap(out.decode_start, landed),
-        "decode": gap(out.finish, out.decode_start),
-    }
+    start = take(handoff_start(out))
+    prefill_start, kv_start, kv_ready, decode_start = (take(a) for a in (out.prefill_start, out.kv_start,
+                                                                         out.kv_ready, out.decode_start))
+    yield "prefill_queue", gap(prefill_start, take(out.arrival))
+    yield "prefill", gap(start, prefill_start)
+    # streamed layer by layer, a hand-off can start before the first token: its wait is 0
+    # and only the part after the first token counts as transfer
+    yield "kv_wait", np.maximum(gap(kv_start, start), 0.0)
+    yield "kv_transfer", gap(kv_ready, np.fmax(kv_start, start))
+    yield "decode_queue", gap(decode_start, np.where(np.isnan(kv_ready), start, kv_ready))
+    yield "decode", gap(take(out.finish), decode_start)
 
 
 def itl_sample(out: EngineOutput, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -125,7 +134,7 @@ def _token_gaps(ends, inst, n_inst, r_inst, r_first, r_output, r_first_token):
     for g in range(inst.shape[0]):
         count[inst[g] + 1] += 1
     start = np.cumsum(count)
-    index = np.empty(inst.shape[0], dtype=np.int64)  # (instance, ordinal) → position in the log
+    index = np.empty(inst.shape[0], dtype=np.int32)  # (instance, ordinal) → log position (< 2^31)
     filled = start[:n_inst].copy()
     for g in range(inst.shape[0]):
         index[filled[inst[g]]] = g
@@ -134,7 +143,7 @@ def _token_gaps(ends, inst, n_inst, r_inst, r_first, r_output, r_first_token):
     n_steps = inst.shape[0]
     values = np.empty(n_req + n_steps)
     weights = np.zeros(n_req + n_steps, dtype=np.int64)
-    delta = np.zeros(n_steps + 1, dtype=np.int64)
+    delta = np.zeros(n_steps + 1, dtype=np.int32)  # ± requests joining and leaving: |·| < 2^31
     for q in range(n_req):
         base = start[r_inst[q]]
         k = r_first[q]
@@ -183,7 +192,8 @@ def summarize(out: EngineOutput) -> dict[str, Any]:
     }
     lat = latency_samples(out, steady)
     s |= describe(lat["ttft"], "ttft") | describe(lat["tpot"], "tpot")
-    s |= describe_weighted(*itl_sample(out, steady), "itl") | describe((out.finish - out.arrival)[steady], "e2e")
+    s |= describe_weighted(*itl_sample(out, steady), "itl", overwrite=True)
+    s |= describe((out.finish - out.arrival)[steady], "e2e")
     handoff = describe(lat["handoff"], "handoff")
     s |= handoff
     if cfg.send == "layerwise":  # the same quantity, named for what streaming changes
@@ -227,7 +237,7 @@ def summarize(out: EngineOutput) -> dict[str, Any]:
 
 def _stages(out: EngineOutput, steady: np.ndarray, e2e: float) -> dict[str, float]:
     """Mean stage times of the ``steady`` requests and their shares of ``e2e`` (their mean latency)."""
-    means = {k: exact_mean(v[steady]) for k, v in stage_times(out).items()}
+    means = {k: exact_mean(v) for k, v in _stage_times(out, steady)}
     s: dict[str, float] = {}
     for k in STAGES:
         s[f"stage_{k}_s"] = means[k]
@@ -337,15 +347,21 @@ def _instances(out: EngineOutput) -> list[dict[str, Any]]:
     n_pre = out.resolved.n_prefill
     engine_j = _engine_static_j(out)
     engines = any(engine_j)
-    for i, (name, pool) in enumerate(_pools(out)):
+    pools = _pools(out)
+    # per instance at once: requests prefilled, decode steps logged and their batch sizes (integers
+    # summed exactly as floats, so the means are numpy's of each instance's batches)
+    served = np.bincount(out.prefill_inst[out.prefill_inst >= 0], minlength=n_pre).tolist()
+    step_rows = np.bincount(out.step_inst[:, 0], minlength=len(pools) - n_pre).tolist()
+    batch_sum = np.bincount(out.step_inst[:, 0], weights=out.step_inst[:, 1],
+                            minlength=len(pools) - n_pre).tolist()
+    for i, (name, pool) in enumerate(pools):
         row = out.stats[i]
         steps = int(row[S_STEPS])
         if i < n_pre:  # a prefill instance (none when colocated)
-            served = int(np.count_nonzero(out.prefill_inst == i))
-            mean_batch = served / steps if steps else 0.0
+            mean_batch = served[i] / steps if steps else 0.0
         else:
-            batches = out.step_inst[out.step_inst[:, 0] == i - n_pre, 1]
-            mean_batch = float(batches.mean()) if len(batches) else 0.0
+            k = step_rows[i - n_pre]
+            mean_batch = batch_sum[i - n_pre] / k if k else 0.0
         rows.append({
             "name": name, "device": pool.device.key, "devices": pool.n, "steps": steps,
             "busy": row[S_BUSY] / H if H > 0 else math.nan,

@@ -1,7 +1,7 @@
 """Exact sample statistics, fast on millions of values.
 
-* :func:`exact_sum` — the correctly rounded sum (``math.fsum``'s result: it is unique, so a
-  compiled Shewchuk summation gives the same float); means are ``exact_sum / n`` as
+* :func:`exact_sum` — the correctly rounded sum (``math.fsum``'s result: it is unique, so an
+  exact integer accumulation, correctly rounded once, gives the same float); means are ``exact_sum / n`` as
   ``statistics.fmean`` (:func:`exact_weighted_mean` also for a sample given as multiplicities).
 * :func:`percentiles` — the reference's linear interpolation between order statistics
   (reference-semantics §7), from order statistics found by partial sorting (O(n), not a sort).
@@ -17,62 +17,62 @@ import numpy as np
 from kvcargo._jit import fast, kernel
 
 
-@kernel(inline=True)
-def _add(partials, n, v):
-    """Add ``v`` to the non-overlapping partial sums ``partials[:n]`` (CPython's fsum step)."""
-    i = 0
-    for j in range(n):
-        y = partials[j]
-        if abs(v) < abs(y):
-            v, y = y, v
-        hi = v + y
-        lo = y - (hi - v)
-        if lo != 0.0:
-            partials[i] = lo
-            i += 1
-        v = hi
-    if i >= partials.shape[0]:
-        bigger = np.empty(2 * partials.shape[0])
-        bigger[: partials.shape[0]] = partials
-        partials = bigger
-    partials[i] = v
-    return partials, i + 1
+LIMBS = 67
+"""32-bit limbs of :func:`_limb_sum`'s accumulator: every finite double is ``m·2^(s − 1074)``
+with a 53-bit ``m`` and ``0 ≤ s ≤ 2045``, so its bits fall in limbs 0 … 65 (one more for carries)."""
+
+
+CARRY_EVERY = 1 << 23
+"""Values added to the limbs between carries: each adds less than 2^34 to a limb, so no limb
+overflows 63 bits in between."""
 
 
 @kernel(inline=True)
-def _rounded(partials, n):
-    """The correctly rounded value of ``partials[:n]`` (CPython's fsum ending)."""
-    if n == 0:
-        return 0.0
-    n -= 1
-    hi = partials[n]
-    lo = 0.0
-    while n > 0:
-        v = hi
-        n -= 1
-        y = partials[n]
-        hi = v + y
-        yr = hi - v
-        lo = y - yr
-        if lo != 0.0:
-            break
-    if n > 0 and ((lo < 0.0 and partials[n - 1] < 0.0) or (lo > 0.0 and partials[n - 1] > 0.0)):
-        y = lo * 2.0
-        v = hi + y
-        yr = v - hi
-        if y == yr:
-            hi = v
-    return hi
+def _limb_add(limbs, b):
+    """Add the finite double whose bits are ``b`` to the limbs (see :func:`_limb_sum`)."""
+    e = (b >> 52) & 0x7FF
+    m = b & 0xFFFFFFFFFFFFF
+    if e > 0:
+        m |= 0x10000000000000
+    else:  # subnormal: the same scale as the smallest normal exponent
+        e = 1
+    i = (e - 1) >> 5
+    o = (e - 1) & 31
+    lo = (m & 0xFFFFFFFF) << o  # < 2^63
+    hi = (m >> 32) << o  # < 2^52
+    if b < 0:
+        limbs[i] -= lo & 0xFFFFFFFF
+        limbs[i + 1] -= (lo >> 32) + (hi & 0xFFFFFFFF)
+        limbs[i + 2] -= hi >> 32
+    else:
+        limbs[i] += lo & 0xFFFFFFFF
+        limbs[i + 1] += (lo >> 32) + (hi & 0xFFFFFFFF)
+        limbs[i + 2] += hi >> 32
+
+
+@kernel(inline=True)
+def _carry(limbs):
+    """Move each limb's bits above 32 into the next (the value is unchanged)."""
+    for j in range(LIMBS - 1):
+        limbs[j + 1] += limbs[j] >> 32
+        limbs[j] &= 0xFFFFFFFF
 
 
 @kernel
-def _shewchuk_sum(x):
-    """Correctly rounded sum of finite floats (CPython's fsum algorithm)."""
-    partials = np.empty(64)
-    n = 0
-    for k in range(x.shape[0]):
-        partials, n = _add(partials, n, x[k])
-    return _rounded(partials, n)
+def _limb_sum(x):
+    """The exact sum of ``x`` as an integer in 32-bit limbs: ``Σ x = Σ limbs[i]·2^(32i − 1074)``
+    (a signed top limb). ``limbs[LIMBS]`` is 1 if a value is not finite (the sum is then not
+    formed). Integer additions only: exact in any order, a few operations per value."""
+    bits = x.view(np.int64)
+    limbs = np.zeros(LIMBS + 1, dtype=np.int64)
+    for k in range(bits.shape[0]):
+        if ((bits[k] >> 52) & 0x7FF) == 0x7FF:
+            limbs[LIMBS] = 1
+            return limbs
+        _limb_add(limbs, bits[k])
+        if (k + 1) % CARRY_EVERY == 0:
+            _carry(limbs)
+    return limbs
 
 
 @kernel(inline=True)
@@ -93,25 +93,48 @@ def _two_product(a, b):
 
 
 @kernel
-def _weighted_sum(values, weights):
-    """Correctly rounded ``Σ values[i]·weights[i]`` over the exact products."""
-    partials = np.empty(64)
-    n = 0
+def _weighted_limbs(values, weights):
+    """As :func:`_limb_sum` for ``Σ values[i]·weights[i]``: each product is added exactly, as
+    the two floats of its Dekker two-product."""
+    pair = np.empty(2)
+    bits = pair.view(np.int64)
+    limbs = np.zeros(LIMBS + 1, dtype=np.int64)
+    added = 0
     for k in range(values.shape[0]):
-        if weights[k] != 0.0:
-            p, e = _two_product(values[k], weights[k])
-            partials, n = _add(partials, n, p)
-            if e != 0.0:
-                partials, n = _add(partials, n, e)
-    return _rounded(partials, n)
+        if weights[k] != 0:
+            pair[0], pair[1] = _two_product(values[k], float(weights[k]))
+            for h in range(2):
+                if ((bits[h] >> 52) & 0x7FF) == 0x7FF:
+                    limbs[LIMBS] = 1
+                    return limbs
+                _limb_add(limbs, bits[h])
+            added += 2
+            if added % CARRY_EVERY == 0:
+                _carry(limbs)
+    return limbs
+
+
+def _rounded_limbs(limbs: np.ndarray) -> float | None:
+    """The correctly rounded value of the limbs (Python's integer division rounds correctly);
+    None where a value was not finite or the sum is beyond the largest float."""
+    bits = limbs.tolist()
+    if bits[LIMBS]:
+        return None
+    try:
+        return sum(v << (32 * i) for i, v in enumerate(bits[:LIMBS])) / (1 << 1074)
+    except OverflowError:
+        return None
 
 
 def exact_sum(x: np.ndarray) -> float:
-    """``math.fsum(x)``, compiled when numba is available."""
+    """``math.fsum(x)``: compiled, the exact sum as an integer (:func:`_limb_sum`) divided by
+    ``2^1074`` — Python's integer division rounds correctly, so it is fsum's unique result."""
     x = np.ascontiguousarray(x, dtype=np.float64)
-    if fast(_shewchuk_sum) and len(x) > 256:
-        return float(_shewchuk_sum(x))
-    return math.fsum(x.tolist())
+    if fast(_limb_sum) and len(x) > 256:
+        total = _rounded_limbs(_limb_sum(x))
+        if total is not None:
+            return total
+    return math.fsum(x.tolist())  # also what fsum says of infinities, NaN, overflow
 
 
 def exact_mean(x: np.ndarray) -> float:
@@ -122,14 +145,17 @@ def exact_mean(x: np.ndarray) -> float:
 def exact_weighted_mean(values: np.ndarray, weights: np.ndarray) -> float:
     """``statistics.fmean`` of the sample where ``values[i]`` occurs ``weights[i]`` times, without
     expanding it: every product ``value·weight`` is the exact sum of two floats (Dekker's
-    two-product), and the correctly rounded sum of those is the expanded sample's ``fsum``."""
+    two-product), and the correctly rounded sum of those is the expanded sample's ``fsum``
+    (compiled: their exact integer sum, rounded once)."""
     n = int(np.asarray(weights).sum())
     if n == 0:
         return math.nan
     v = np.ascontiguousarray(values, dtype=np.float64)
-    w = np.ascontiguousarray(weights, dtype=np.float64)
-    if fast(_weighted_sum):
-        return float(_weighted_sum(v, w)) / n
+    w = np.ascontiguousarray(weights, dtype=np.int64)
+    if fast(_weighted_limbs):
+        total = _rounded_limbs(_weighted_limbs(v, w))
+        if total is not None:
+            return total / n
     return math.fsum(x for pair in map(_two_product, v.tolist(), w.tolist()) for x in pair) / n
 
 
@@ -160,10 +186,15 @@ def percentiles(x: np.ndarray, ps: tuple[float, ...]) -> list[float]:
     return [_lerp(float(part[lo]), float(part[hi]), t) for lo, hi, t in ranks]
 
 
-def weighted_percentiles(values: np.ndarray, weights: np.ndarray, ps: tuple[float, ...]) -> list[float]:
-    """As :func:`percentiles` for a sample where ``values[i]`` occurs ``weights[i]`` times."""
-    keep = weights > 0
-    v, w = np.ascontiguousarray(values[keep], dtype=np.float64), np.ascontiguousarray(weights[keep], dtype=np.int64)
+def weighted_percentiles(values: np.ndarray, weights: np.ndarray, ps: tuple[float, ...],
+                         overwrite: bool = False) -> list[float]:
+    """As :func:`percentiles` for a sample where ``values[i]`` occurs ``weights[i]`` times.
+    ``overwrite``: the arrays may be reordered in place (pairs kept), saving their copies."""
+    if overwrite and fast(_weighted_select):  # zero weights hold no rank: the selection skips them
+        v, w = np.ascontiguousarray(values, dtype=np.float64), np.ascontiguousarray(weights, dtype=np.int64)
+    else:
+        keep = weights > 0
+        v, w = np.array(values[keep], dtype=np.float64), np.array(weights[keep], dtype=np.int64)  # copies
     n = int(w.sum())
     if n == 0:
         return [math.nan] * len(ps)
@@ -182,9 +213,10 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, ps: tuple[floa
 def _weighted_select(values, weights, ranks):
     """The values at the given 0-based ranks (ascending) of the sample where ``values[i]``
     occurs ``weights[i]`` times: one weighted multi-quickselect (three-way partitions, median
-    of three), descending only into the parts that hold a wanted rank."""
-    v = values.copy()
-    w = weights.copy()
+    of three), descending only into the parts that hold a wanted rank. It permutes ``values``
+    and ``weights`` in place (its caller's own copies: no third copy of a large sample)."""
+    v = values
+    w = weights
     out = np.empty(ranks.shape[0])
     stack = [(0, v.shape[0], 0, 0, ranks.shape[0])]  # [lo, hi), weight before lo, ranks [r0, r1)
     while len(stack) > 0:

@@ -2,11 +2,12 @@
 
 Loading numba's just-in-time engine costs every process about a second (importing numba, its
 typing registries, the cached machine code), far more than a run of a few thousand requests.
-So the first run whose work pays for compiling also builds, with ``numba.pycc``, an extension
+So the first run whose work pays for compiling has built, with ``numba.pycc``, an extension
 module exporting :func:`kvcargo.engine.loop.run_events` over the state's and the parameters'
 arrays, and the other kernels a run calls from Python (:data:`HELPERS`: drawing the workload,
-the summary's token gaps and exact weighted sums). It is kept in kvcargo's cache directory (``KVCARGO_CACHE_DIR``, else
-``~/.cache/kvcargo``) under a key of the engine's sources, numba's and Python's versions; later
+the summary's token gaps, exact sums and weighted order statistics) — in a background process
+while it goes on as plain Python, unless the job alone is worth waiting for. It is kept in
+kvcargo's cache directory (``KVCARGO_CACHE_DIR``, else ``~/.cache/kvcargo``) under a key of the engine's sources, numba's and Python's versions; later
 processes import it in milliseconds and never import numba to simulate. It is the same code
 through the same compiler, so its results are those of the JIT and of plain Python, bit for bit.
 
@@ -22,10 +23,13 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -38,30 +42,52 @@ from kvcargo.engine.state import Params, State
 MODULE = "kvcargo_engine_aot"
 ENTRY = "run_arrays"
 HELPERS = (("kvcargo.workload.draws", "draw_requests"), ("kvcargo.metrics", "_token_gaps"),
-           ("kvcargo.stats", "_weighted_sum"))
-"""Kernels called from Python besides the event loop, exported under their own names."""
+           ("kvcargo.stats", "_weighted_limbs"), ("kvcargo.stats", "_limb_sum"),
+           ("kvcargo.stats", "_weighted_select"))
+"""Kernels called from Python besides the event loop, exported under their own names: with
+them, a run through the module calls no other kernel from Python, so it never imports numba."""
 ENGINE_PLAIN_S = 250e-6
 """Seconds of plain Python per request (and part of a hand-off) of a run: the event loop and
 the summary (default scenario, this project's 2-core machine)."""
-REST_PLAIN_S = 2e-6
-"""The same with the engine compiled ahead of time: what stays plain Python, the summary's
-exact sums and percentiles (numpy and ``math.fsum``; about 2 s for 1,000,000 requests)."""
+
+BUILD_PLAIN_S = 60.0
+"""Seconds of plain Python from which one job waits for the module to be built (about a minute
+of CPU on a fresh install) rather than running plain while it is built in the background."""
+STALE_LOCK_S = 1800.0
+"""A build lock older than this was left by a builder that died: building may start again."""
 
 _runner: Callable[[State, Params], int] | None = None
 _building = False
+_background = False
+"""Whether a background build (this process's or another's) is under way: runs stay plain
+Python meanwhile (a cold JIT would cost as much as the build)."""
 
 
-def prepare(units: float, accumulate: bool = True) -> None:
-    """Before simulating ``units`` (requests × parts per hand-off), now or in the runs about to
-    come (``accumulate=False``): use the ahead-of-time engine if it is built, else build it when
-    compiling pays; then numba's JIT for the kernels left if that pays too."""
-    if _runner is None and not _building and _jit.AVAILABLE and _jit.MODE != "jit":
+def prepare(units: float, accumulate: bool = True, unit_plain_s: float = ENGINE_PLAIN_S) -> None:
+    """Before work of ``units`` (requests × parts per hand-off; or requests drawn, at
+    ``unit_plain_s`` each), now or in the runs about to come (``accumulate=False``): use the
+    ahead-of-time engine if it is built. Else, when compiling pays, build it: in this process
+    if the job is large (:data:`BUILD_PLAIN_S`) or ``KVCARGO_JIT=1``, otherwise in a background
+    process while this one stays plain Python (no silent wait on a first run). Where it cannot
+    be built, numba's JIT if that pays. With the module nothing else is compiled (it holds every
+    kernel called from Python)."""
+    global _background
+    if _building:  # the build's own sample runs stay plain Python
+        return
+    plain_s = units * unit_plain_s
+    if _runner is None and _jit.AVAILABLE and _jit.MODE != "jit" and not _failed():
         module = _load()
-        if module is None and _jit.pays(units * ENGINE_PLAIN_S):
-            module = _build()
+        if module is None and _jit.pays(plain_s):
+            if _jit.MODE == "1" or plain_s >= BUILD_PLAIN_S:
+                module = _wait_for_build() or _build()
+            else:
+                _background = _background or _build_in_background()
         if module is not None:
             _use(module)
-    plain_s = units * (REST_PLAIN_S if _runner is not None else ENGINE_PLAIN_S)
+    if _runner is not None:
+        return
+    if _background and not _failed():
+        return
     if accumulate:
         _jit.use_compiled(plain_s)
     else:
@@ -79,16 +105,19 @@ def _use(module: ModuleType) -> None:
     from kvcargo.engine import loop
 
     types = json.loads(Path(module.__file__).with_suffix(".types").read_text(encoding="utf-8"))  # type: ignore[arg-type]
-    entry, fallback = getattr(module, ENTRY), loop.run_events
+    entry, plain_loop = getattr(module, ENTRY), loop.run_events
 
     def run_events(st: State, pr: Params) -> int:
-        """The compiled event loop, or the loop it replaces when an array is not of the type the
-        module was built for."""
+        """The compiled event loop, or the loop it replaces (just in time, if that pays) when an
+        array is not of the type the module was built for."""
         arrays = (*st, *writable(pr))
-        return entry(*arrays) if fits(arrays, types[ENTRY]) else fallback(st, pr)
+        if fits(arrays, types[ENTRY]):
+            return entry(*arrays)
+        _jit.use_compiled(len(st.t) * ENGINE_PLAIN_S)
+        return _jit.current(plain_loop)(st, pr)
 
     _runner = run_events
-    _jit.rebind(fallback, run_events)
+    _jit.rebind(plain_loop, run_events)
     for mod, name in HELPERS:
         plain = getattr(importlib.import_module(mod), name)
         _jit.rebind(plain, _checked(getattr(module, name), types[name], plain))
@@ -143,6 +172,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("KVCARGO_CACHE_DIR") or Path.home() / ".cache" / "kvcargo")
 
 
+@cache
 def _key() -> str:
     """kvcargo's sources (any module may hold a kernel), numba's version, Python's and the
     machine's."""
@@ -173,6 +203,67 @@ def _load() -> ModuleType | None:
     return module
 
 
+def _lock() -> Path:
+    """Present while a process builds the module (it holds the builder's process id)."""
+    return _path().with_name("building")
+
+
+def _failed() -> bool:
+    """Whether building was tried and failed here (no C compiler): the JIT serves instead."""
+    return _path().with_name("failed").exists()
+
+
+def _build_in_background() -> bool:
+    """Start building the module in a detached process unless one is already building it.
+    Whether a build is under way."""
+    lock = _lock()
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        try:
+            if time.time() - lock.stat().st_mtime < STALE_LOCK_S:
+                return True
+            lock.unlink()
+        except FileNotFoundError:  # it finished just now
+            return _load() is None and _build_in_background()
+        return _build_in_background()
+    package_root = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    with open(lock.with_name("build.log"), "wb") as log:
+        child = subprocess.Popen([sys.executable, "-c", "from kvcargo.engine import aot; aot.build_locked()"],
+                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                                 start_new_session=True)
+    os.write(fd, str(child.pid).encode())
+    os.close(fd)
+    print("kvcargo: building the compiled simulation engine in the background, once after installing or "
+          f"upgrading (about a minute; log: {lock.with_name('build.log')}); until then runs stay plain "
+          "Python",
+          file=sys.stderr, flush=True)
+    return True
+
+
+def build_locked() -> None:
+    """A background builder's work (see :func:`_build_in_background`): build, then drop the lock."""
+    try:
+        _build()
+    finally:
+        _lock().unlink(missing_ok=True)
+
+
+def _wait_for_build() -> ModuleType | None:
+    """The module, once a background build under way finishes (None if none is, or it failed)."""
+    lock = _lock()
+    if not lock.exists():
+        return None
+    print("kvcargo: waiting for the compiled simulation engine being built in the background "
+          "(about a minute, once after installing or upgrading)", file=sys.stderr, flush=True)
+    while lock.exists() and time.time() - lock.stat().st_mtime < STALE_LOCK_S:
+        time.sleep(0.5)
+    return _load()
+
+
 def _sample() -> tuple[State, Params]:
     """The arrays of a small default run: their types are the exported signature."""
     from kvcargo.config import SimConfig, resolve
@@ -195,11 +286,11 @@ def _build() -> ModuleType | None:
     from kvcargo.engine import cluster
     from kvcargo.metrics import summarize
 
-    st, params = _sample()
-    arrays = (*st, *writable(params))
-    config = SimConfig.build(requests=400)
     _building = True
     try:
+        st, params = _sample()
+        arrays = (*st, *writable(params))
+        config = SimConfig.build(requests=400)
         out = cluster.run(resolve(config))  # plain Python: the helpers' arguments come from it
         with _jit.dispatchers():
             # the helpers' signatures: numba's, from compiling them for a small run's arguments
@@ -251,6 +342,8 @@ def _compile(arrays: tuple[np.ndarray, ...], signatures: dict[str, tuple[Any, ..
     except Exception as exc:  # noqa: BLE001 - no compiler, no pycc: the JIT serves instead
         print(f"kvcargo: could not build the ahead-of-time engine ({type(exc).__name__}); "
               "using numba's JIT", file=sys.stderr, flush=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomically(target.with_name("failed"), f"{type(exc).__name__}: {exc}".encode())
         return None
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -262,3 +355,21 @@ def _write_atomically(path: Path, data: bytes) -> None:
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+def install() -> None:
+    """Build the module now unless it is built (an installer's step: ``scripts/setup.sh`` runs
+    ``python -m kvcargo.engine.aot``, so a first run after installing finds it)."""
+    if not _jit.AVAILABLE:
+        print("kvcargo: numba is not installed (or KVCARGO_JIT=0): the engine stays plain Python",
+              file=sys.stderr)
+    elif _load() is not None:
+        print(f"kvcargo: the compiled simulation engine is built ({_path().parent})", file=sys.stderr)
+    elif _wait_for_build() is None and _build() is not None:
+        print(f"kvcargo: built the compiled simulation engine ({_path().parent})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    from kvcargo.engine import aot  # this module under its own name, whose state the engine reads
+
+    aot.install()

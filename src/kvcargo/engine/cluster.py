@@ -232,10 +232,11 @@ def _dense_blocks(w) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untype
 
 def run(res: Resolved) -> EngineOutput:
     """Simulate a resolved configuration."""
-    from kvcargo.engine.scheduled import run_scheduled, uses_scheduled_engine
+    if res.config.scheduled or res.workload.sessions is not None:  # else the scheduled engine is not loaded
+        from kvcargo.engine.scheduled import run_scheduled, uses_scheduled_engine
 
-    if uses_scheduled_engine(res):
-        return run_scheduled(res)
+        if uses_scheduled_engine(res):
+            return run_scheduled(res)
     params, xfer = build_params(res)
     n = len(params.rf)
     n_slots = res.n_decode if res.colocated else res.n_prefill
@@ -249,33 +250,39 @@ def run(res: Resolved) -> EngineOutput:
                    extra=len(params.rx) == n or bool(params.ints[S.P_REPLAY_DECODE]),
                    speculative=bool(params.ints[S.P_SPEC]))
     aot.prepare(n * int(params.ints[S.P_GROUPS]))
+    transit_bound, wire_bytes = xfer.transit_bound, xfer.wire_bytes
+    del xfer  # the other per-request figures are in the parameters now
     pr = by_reference(params)
     while (code := run_events(by_reference(st), pr)) != S.FINISHED:
         st = grown(st, code)
+    del params, pr  # before the copies below: the largest tables go first
     k = int(st.i[S.I_NSTEPS])
 
-    def col(table: np.ndarray, c: int) -> np.ndarray:  # a compact copy: the big tables are freed
+    def col(table: np.ndarray, c: int) -> np.ndarray:  # a compact copy: the big table is freed
         return np.ascontiguousarray(table[:, c])
 
+    # Views where the table is kept whole anyway (the timestamps, the step log: its rows past
+    # ``k`` were never written, so they take no memory) or the workload holds the same array.
     t, tx, r = st.t, st.tx, st.r
+    w = res.workload
 
     def extra(c: int) -> np.ndarray:
         return col(tx, c) if len(tx) == n else np.full(n, np.nan)
 
     return EngineOutput(
-        resolved=res, arrival=col(params.rf, S.ARRIVAL_T), prompt=col(params.ri, S.PROMPT),
-        output=col(params.ri, S.OUTPUT),
-        prefill_start=col(t, S.PREFILL_START), first_token=col(t, S.FIRST_TOKEN), kv_start=col(t, S.KV_START),
-        kv_ready=col(t, S.KV_READY), decode_start=col(t, S.DECODE_START), finish=col(t, S.FINISH),
+        resolved=res, arrival=np.asarray(w.arrival, dtype=np.float64),
+        prompt=np.asarray(w.prompt, dtype=np.int64), output=np.asarray(w.output, dtype=np.int64),
+        prefill_start=t[:, S.PREFILL_START], first_token=t[:, S.FIRST_TOKEN], kv_start=t[:, S.KV_START],
+        kv_ready=t[:, S.KV_READY], decode_start=t[:, S.DECODE_START], finish=t[:, S.FINISH],
         status=col(r, S.STATUS), prefill_inst=col(r, S.PREFILL_INST), decode_inst=col(r, S.DECODE_INST),
         first_step=col(r, S.FIRST_STEP), stats=st.stats[:, : S.S_STEPS + 1].copy(),
         engine_stats=st.stats[:, [S.S_EO, S.S_OPT_FLOPS, S.S_OPT_BUSY]], prefill_done=extra(S.PREFILL_END),
         kv_held=st.stats[: res.n_prefill, [S.S_KV_INT, S.S_KV_PEAK]], want_memory=extra(S.WANT_MEMORY),
         send_fraction=np.nan_to_num(extra(S.SEND_FRAC), nan=1.0), reserved=extra(S.RESERVED),
-        steps=st.logf[:k].copy(), step_inst=st.logi[:k].copy(),
+        steps=st.logf[:k], step_inst=st.logi[:k],
         horizon=float(st.f[S.F_NOW]), transfers=int(st.i[S.I_XFERS]),
         port_busy=st.port_busy.copy(), port_channels=channels, link_busy_s=float(st.port_busy[0]),
-        link_j=float(st.f[S.F_LINK_J]), transit_j=float(st.f[S.F_TRANSIT_J]), transit_bound=xfer.transit_bound,
-        wire_bytes=xfer.wire_bytes, lever_stats=st.stats[:, S.S_COMM:S.S_GAINED + 1].copy(),
-        verify_passes=col(r, S.VERIFY),
+        link_j=float(st.f[S.F_LINK_J]), transit_j=float(st.f[S.F_TRANSIT_J]), transit_bound=transit_bound,
+        wire_bytes=wire_bytes, lever_stats=st.stats[:, S.S_COMM:S.S_GAINED + 1].copy(),
+        verify_passes=col(st.spec, S.VERIFY) if len(st.spec) == n else np.zeros(n, dtype=np.int64),
     )

@@ -32,9 +32,9 @@ from kvcargo.speculative import accepted, seed_state
 def spec_join(st, pr, d, r):
     """Request ``r`` becomes a running row of instance ``d`` (its first token already out)."""
     st.rows[d, st.d[d, D_RUNNING]] = r
-    st.r[r, TOKENS_OUT] = 1
-    st.r[r, VERIFY] = 0
-    st.r[r, RNG] = seed_state(pr.ints[P_SPEC_SEED], r)
+    st.spec[r, TOKENS_OUT] = 1
+    st.spec[r, VERIFY] = 0
+    st.spec[r, RNG] = seed_state(pr.ints[P_SPEC_SEED], r)
 
 
 @kernel
@@ -48,14 +48,14 @@ def spec_step_end(st, pr, d):
     kept = 0
     for i in range(n):
         r = st.rows[d, i]
-        state, k = accepted(st.r[r, RNG], gamma, pr.alpha[0])
-        st.r[r, RNG] = state
-        gain = min(k + 1, pr.ri[r, OUTPUT] - st.r[r, TOKENS_OUT])
-        st.r[r, TOKENS_OUT] += gain
-        st.r[r, VERIFY] += 1
+        state, k = accepted(st.spec[r, RNG], gamma, pr.alpha[0])
+        st.spec[r, RNG] = state
+        gain = min(k + 1, pr.ri[r, OUTPUT] - st.spec[r, TOKENS_OUT])
+        st.spec[r, TOKENS_OUT] += gain
+        st.spec[r, VERIFY] += 1
         st.stats[row, S_GAINED] += gain
         st.d[d, D_CONTEXT] += gain
-        if st.r[r, TOKENS_OUT] >= pr.ri[r, OUTPUT]:
+        if st.spec[r, TOKENS_OUT] >= pr.ri[r, OUTPUT]:
             need = pr.ri[r, PROMPT] + pr.ri[r, OUTPUT]
             st.d[d, D_CONTEXT] -= need
             st.d[d, D_KV_USED] -= need

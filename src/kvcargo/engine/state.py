@@ -38,10 +38,12 @@ WANT_MEMORY, RESERVED, SEND_FRAC, PREFILL_END = range(4)
 # SENT: parts released into the network; PORT_A/PORT_B: the ports its units cross (by default
 # the cluster link alone: 0 and -1; set when the receiver is chosen before the transfer); BNEXT:
 # the next request of the same prefill batch (later, of the same replay step on a decode instance).
-# Speculative decoding: TOKENS_OUT tokens produced, RNG its acceptance stream's state, VERIFY
-# the verify passes it took part in.
 (STATUS, PREFILL_INST, DECODE_INST, FIRST_STEP, QNEXT, DEST, UNITS_DONE, HELD, SENT, PORT_A, PORT_B,
- BNEXT, TOKENS_OUT, RNG, VERIFY) = range(15)
+ BNEXT) = range(12)
+R_COLUMNS = 12
+# ``State.spec`` (speculative decoding only; one dummy row otherwise): per request the tokens
+# produced, its acceptance stream's state and the verify passes it took part in.
+TOKENS_OUT, RNG, VERIFY = range(3)
 # ``State.p``: per prefill instance (colocated: the batch in flight of each instance).
 P_HEAD, P_TAIL, P_TOKENS, P_STATE, P_BATCH, P_BATCH_N, P_KV_HELD, P_SLICE = range(8)
 # ``State.d``: per decode (or colocated) instance; RQ: requests waiting to reserve memory.
@@ -176,11 +178,17 @@ class State(NamedTuple):
     logf: np.ndarray
     """Decode steps in the order they ended: start, end (the first I_NSTEPS rows are used)."""
     logi: np.ndarray
-    """Per logged step: instance, batch size."""
+    """Per logged step: instance, batch size (:data:`LOG_INT`)."""
     rows: np.ndarray
     """Speculative decoding: per decode (or colocated) instance its running requests (D_RUNNING
     of them); one dummy column otherwise."""
+    spec: np.ndarray
+    """Speculative decoding: per request TOKENS_OUT, RNG, VERIFY; one dummy row otherwise."""
 
+
+LOG_INT = np.int32
+"""The step log's integers (instance, batch size): a step log holds about four rows per request,
+and half the width is 30 MB less per million requests."""
 
 # What run_events returns: finished, or paused because an array is full (grow it, run again).
 FINISHED, LOG_FULL, EVENTS_FULL = 0, 1, 2
@@ -195,9 +203,11 @@ def new_state(n: int, n_prefill: int, n_decode: int, n_stats: int, max_batch: in
     for its queue and running batch. ``ports`` holds each port's channels; ``extra``: an opt-in
     model needs the per-request columns of ``tx``.
     """
-    r = np.zeros((n, 15), dtype=np.int64)
-    r[:, PREFILL_INST:DEST + 1] = -1
-    r[:, [PORT_B, BNEXT]] = -1
+    first = np.zeros(R_COLUMNS, dtype=np.int64)  # every request's row, written in one pass
+    first[PREFILL_INST:DEST + 1] = -1
+    first[[PORT_B, BNEXT]] = -1
+    r = np.empty((n, R_COLUMNS), dtype=np.int64)
+    r[:] = first
     p = np.zeros((n_prefill, 8), dtype=np.int64)
     p[:, [P_HEAD, P_TAIL, P_BATCH]] = -1
     d = np.zeros((n_decode, 21), dtype=np.int64)
@@ -216,8 +226,9 @@ def new_state(n: int, n_prefill: int, n_decode: int, n_stats: int, max_batch: in
         active=np.zeros(units if fair else 1, dtype=np.int64), port_left=np.zeros(len(ports)),
         port_count=np.zeros(len(ports), dtype=np.int64), frozen=np.zeros(units if fair else 1, dtype=np.bool_),
         ports=port_rows, port_busy=np.zeros(len(ports)), lru=np.full((n_decode, max(n_blocks, 1), 2), -2),
-        logf=np.zeros((log_capacity, 2)), logi=np.zeros((log_capacity, 2), dtype=np.int64),
+        logf=np.zeros((log_capacity, 2)), logi=np.zeros((log_capacity, 2), dtype=LOG_INT),
         rows=np.zeros((n_decode, max(1, min(max_batch, n)) if speculative else 1), dtype=np.int64),
+        spec=np.zeros((n if speculative else 1, 3), dtype=np.int64),
     )
 
 
@@ -226,7 +237,7 @@ def grown(st: State, code: int) -> State:
     if code == LOG_FULL:
         k = int(st.i[I_NSTEPS])
         cap = 2 * len(st.logf)
-        logf, logi = np.zeros((cap, 2)), np.zeros((cap, 2), dtype=np.int64)
+        logf, logi = np.zeros((cap, 2)), np.zeros((cap, 2), dtype=LOG_INT)
         logf[:k], logi[:k] = st.logf[:k], st.logi[:k]
         return st._replace(logf=logf, logi=logi)
     k = int(st.i[I_NEV])

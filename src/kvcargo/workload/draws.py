@@ -74,9 +74,18 @@ def draw_requests(u, start, n_done, t, rate, p_par, o_par, arrival, prompt, outp
 
 
 def uniforms(rng, k: int) -> np.ndarray:
-    """The next ``k`` values ``rng.random()`` would return, in one call (exactly: two 32-bit
-    Mersenne Twister words a, b per value, ((a >> 5)·2^26 + (b >> 6)) / 2^53)."""
-    words = np.frombuffer(rng.getrandbits(64 * k).to_bytes(8 * k, "little"), dtype="<u4")
+    """The next ``k`` values ``rng.random()`` would return, in one call, leaving ``rng`` where
+    ``k`` calls would. numpy's MT19937 is the same Mersenne Twister as Python's ``random``: it
+    continues from ``rng``'s state, draws two 32-bit words a, b per value (exactly:
+    ``((a >> 5)·2^26 + (b >> 6)) / 2^53``) and hands its state back; three times faster than
+    ``getrandbits`` for a million values."""
+    version, internal, gauss = rng.getstate()
+    mt = np.random.MT19937()
+    mt.state = {"bit_generator": "MT19937",
+                "state": {"key": np.array(internal[:-1], dtype=np.uint32), "pos": internal[-1]}}
+    words = mt.random_raw(2 * k)
+    state = mt.state["state"]
+    rng.setstate((version, (*state["key"].tolist(), int(state["pos"])), gauss))
     a = (words[0::2] >> 5).astype(np.float64)
     b = (words[1::2] >> 6).astype(np.float64)
     return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0)

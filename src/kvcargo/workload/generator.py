@@ -53,9 +53,10 @@ def generate(n: int, rate: float, prompt: LengthDist, output: LengthDist, seed: 
         raise KvcargoError(f"number of requests must be >= 1, got {n}")
     if not (rate > 0 and math.isfinite(rate)):
         raise KvcargoError(f"rate must be a positive number of requests per second, got {rate:g}")
-    from kvcargo import _jit
+    from kvcargo.engine import aot
 
-    _jit.expect_work(n * DRAW_PLAIN_S)  # before the import below: it then finds the compiled kernel
+    # before the import below, which then finds the compiled kernel
+    aot.prepare(n, accumulate=False, unit_plain_s=DRAW_PLAIN_S)
     from kvcargo.workload.draws import draw_requests, uniforms
 
     rng = random.Random(seed)
