@@ -5,8 +5,8 @@ Routes: ``GET /`` (the page), ``/static/*`` (its script and style), ``/vendor/pl
 ``POST /api/simulate``, ``GET /api/catalog``, ``GET /api/presets``. Errors are JSON
 ``{"error": "one line"}``: 400 for a malformed request or a foreign ``Host``, 403 for a POST from
 another site, 415 for a POST body not declared JSON, 422 for invalid parameters (with ``"field"``,
-the parameter at fault), 413 for an oversized body, 503 when the simulator is busy, 504 when a
-run passes the time limit.
+the parameter at fault), 413 for an oversized body, 503 when the simulator is busy or the server is
+shutting down, 504 when a run passes the time limit.
 """
 
 from __future__ import annotations
