@@ -61,8 +61,9 @@ def _error(status: int, message: str, field: str | None = None) -> JSONResponse:
 
 
 def field_of(message: str) -> str | None:
-    """The parameter an error message names first (``invalid --prompt ...`` → ``prompt``)."""
-    m = re.search(r"--([a-z][a-z-]*)", message)
+    """The parameter an error message names first (``invalid --prompt ...`` → ``prompt``,
+    ``parameter seed given more than once`` → ``seed``)."""
+    m = re.search(r"--([a-z][a-z-]*)", message) or re.search(r"\bparameter ([a-z][a-z0-9_]*)\b", message)
     return m.group(1).replace("-", "_") if m else None
 
 
@@ -131,7 +132,7 @@ def create_app(max_requests: int = 20_000, timeout_s: float = 30.0, workers: int
 
     @app.exception_handler(KvcargoError)
     async def invalid(request: Request, exc: KvcargoError) -> JSONResponse:
-        return _error(422, str(exc), field_of(str(exc)))
+        return _error(422, str(exc), getattr(exc, "field", None) or field_of(str(exc)))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -196,6 +197,8 @@ def create_app(max_requests: int = 20_000, timeout_s: float = 30.0, workers: int
             return _error(503, str(exc))
         except WorkerFailed as exc:
             return _error(500, f"the simulation failed: {exc}")
+        except KvcargoError as exc:  # found by the run itself
+            raise checks.with_field(exc, config) from None
         return JSONResponse(payload)
 
     return app
