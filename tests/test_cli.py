@@ -110,3 +110,17 @@ def test_every_simulate_flag_has_help_text() -> None:
     helps = {p.name: p.help for p in command.params}
     assert helps["max_batch"] == "Maximum decode batch. [range: 1 to 1,000,000] [default: 256]"
     assert "Maximum decode batch" in CliRunner().invoke(command, ["--help"]).output
+
+
+@pytest.mark.parametrize("handoff", [["--link-model", "measured", "--cost-model", "calibrated"],
+                                     ["--send", "layerwise", "--layer-groups", "4", "--kv-reserve", "at-transfer"]])
+def test_compare_twin_drops_only_the_hand_off(handoff: list[str]) -> None:
+    """The colocated twin has no KV link: it runs without the hand-off options and equals a direct run."""
+    common = ["--requests", "60", "--json", "--rate", "4", "--ttft-slo", "0.5"]
+    p = kvcargo("simulate", "--compare", *handoff, *common)
+    assert p.returncode == 0, p.stderr
+    twin, disagg = json.loads(p.stdout)
+    assert disagg["config"]["mode"] == "disagg"
+    kept = [a for a in handoff if a in ("--cost-model", "calibrated")]
+    direct = json.loads(kvcargo("simulate", "--mode", "colocated", *kept, *common).stdout)
+    assert twin == direct

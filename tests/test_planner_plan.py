@@ -156,3 +156,18 @@ def test_command_line_lists_only_what_differs_from_the_defaults() -> None:
     assert command_line(cfg, exclude=("rate",)).count("--rate") == 0
     assert command_line(SimConfig()) == ""
     assert command_line(SimConfig(rate=5.969472280967484)) == "--rate 5.969472280967484"
+
+
+def test_colocated_candidates_are_the_twin_without_the_hand_off() -> None:
+    """--with-colocated keeps the workload and the cost model but drops what only the KV link uses."""
+    from kvcargo.config import colocated_twin
+
+    base = BASE.replace(link_model="measured", cost_model="calibrated", send="layerwise", kv_reserve="at-transfer")
+    given = {"link_model", "cost_model", "send", "kv_reserve"}
+    space = build_space(base, given, Budget(gpus=2), tp=(1,), with_colocated=True)
+    cands = enumerate_candidates(base, space, Budget(gpus=2))
+    colo = [c.config for c in cands if c.config.mode == "colocated"]
+    assert [c.instances for c in colo] == [1, 2]
+    assert all(c == colocated_twin(base).replace(instances=c.instances) for c in colo)
+    assert all(c.cost_model == "calibrated" and c.link_model == "line-rate" and c.send == "whole" for c in colo)
+    assert {c.config.send for c in cands if c.config.mode == "disagg"} == {"layerwise"}

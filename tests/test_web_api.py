@@ -131,7 +131,7 @@ def test_handoff_validation(client: TestClient, params: dict, message: str) -> N
 
 def test_handoff_repeated_parameter(client: TestClient) -> None:
     r = client.get("/api/handoff?prompt=1&prompt=2")
-    assert r.status_code == 422 and r.json() == {"error": "parameter prompt given more than once"}
+    assert r.status_code == 422 and r.json() == {"error": "parameter prompt given more than once", "field": "prompt"}
 
 
 def test_catalog_and_defaults(client: TestClient) -> None:
@@ -347,3 +347,24 @@ def test_cross_site_and_non_json_posts_are_refused(client: TestClient) -> None:
 def test_invalid_parameter_errors_name_the_field(client: TestClient) -> None:
     r = client.post("/api/simulate", json={"tpot_slo": -1})
     assert r.status_code == 422 and r.json()["field"] == "tpot_slo"
+
+
+@pytest.mark.parametrize(("body", "field", "says"), [
+    ({"model": "llama3-70b"}, "devices_per_instance", "does not fit the prefill pool"),
+    ({"model": "llama3-70b", "mode": "colocated"}, "devices_per_instance", "does not fit the colocated pool"),
+    ({"model": "llama3-70b", "prefill_devices_per_instance": 2, "decode_devices_per_instance": 1},
+     "decode_devices_per_instance", "does not fit the decode pool"),
+    ({"model": "llama3-70b", "tp": 1}, "devices_per_instance", "prefill pool: Llama-3-70B does not fit"),
+    ({"tp": 3}, "devices_per_instance", "parallel tp=3 x pp=1 needs 3 devices per instance"),
+    ({"decode_tp": 2, "decode_pp": 3, "decode_devices_per_instance": 6}, "decode_pp", "not divisible into 3"),
+    ({"tp": 2, "ep": 2, "devices_per_instance": 2}, "ep", "expert parallelism needs a mixture-of-experts"),
+    ({"speculative": "mistral-7b"}, "speculative", "32000-token vocabulary"),
+    ({"weight_format": "fp8", "compute_format": "fp8", "device": "a100"}, "compute_format", "no fp8 units"),
+    ({"batch_policy": "chunked", "model": "gemma2-9b"}, "model", "dense full-attention models"),
+    ({"cost_model": "calibrated", "device": "optical"}, "device", "measured kernel tables"),
+])
+def test_errors_without_a_flag_name_the_parameter_to_change(client: TestClient, body: dict, field: str,
+                                                            says: str) -> None:
+    """The page marks ``field``: the parameter a user should change, where the message names none."""
+    r = client.post("/api/simulate", json=body)
+    assert r.status_code == 422 and says in r.json()["error"] and r.json()["field"] == field, r.json()

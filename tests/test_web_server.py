@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -49,8 +51,9 @@ def test_calculator_answers_while_simulations_run_and_extra_runs_are_refused() -
 
 
 def kvcargo_ui(*args: str) -> subprocess.Popen[str]:
+    # A session of its own, so that a test can press Ctrl-C as a terminal does (the whole group).
     return subprocess.Popen([sys.executable, "-m", "kvcargo", "ui", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def test_kvcargo_ui_serves_the_page_and_the_api() -> None:
@@ -91,3 +94,31 @@ def test_kvcargo_ui_bad_options_exit_2() -> None:
     proc = kvcargo_ui("--catalog", "/nonexistent/catalog.toml")
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and "does not exist" in err
+
+
+def test_ctrl_c_ends_a_run_in_flight_and_exits_at_once() -> None:
+    proc = kvcargo_ui("--port", "0", "--max-requests", "50000000", "--timeout", "600", "--workers", "1")
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("kvcargo ui: serving http://127.0.0.1:"), (line, proc.stderr.read())
+        url = line.split()[3]
+        assert httpx.post(url + "api/simulate", json={"requests": 10}, timeout=300).status_code == 200  # worker up
+        long_run: dict[str, httpx.Response] = {}
+        thread = threading.Thread(target=lambda: long_run.setdefault(
+            "r", httpx.post(url + "api/simulate", json={"requests": 20_000_000}, timeout=600)))
+        thread.start()
+        time.sleep(1.5)
+        assert thread.is_alive(), "the long run should still be going"
+        t0 = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the server and its workers
+        out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+        thread.join(10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+    assert took < 5, f"the server took {took:.1f} s to exit"
+    assert proc.returncode == 130 and "Traceback" not in out + err, err  # 130: stopped by SIGINT
+    r = long_run["r"]
+    assert r.status_code == 503 and r.json() == {"error": "the server is shutting down"}

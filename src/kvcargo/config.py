@@ -545,3 +545,21 @@ def _cap(global_cap: float | None, pool_cap: float | None) -> float | None:
     """The tighter of a global and a per-pool power cap."""
     caps = [c for c in (global_cap, pool_cap) if c is not None]
     return min(caps) if caps else None
+
+
+# ------------------------------------------------------------------ the colocated twin
+
+HANDOFF_ONLY = ("link_model", "kv_compress", "kv_compress_at", "kv_keep", "kv_ratio", "transit_ops_per_byte",
+                "transit_pj_per_bit", "send", "layer_groups", "topology", "link_sharing", "nics_per_instance",
+                "domain_size", "kv_reserve", "decode_prefix_cache")
+"""Options that only shape the KV hand-off between the pools; a colocated run has no hand-off."""
+
+
+def without_handoff(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with every hand-off-only option back at its default."""
+    return {**values, **{f: SimConfig.model_fields[f].default for f in HANDOFF_ONLY}}
+
+
+def colocated_twin(config: SimConfig) -> SimConfig:
+    """The colocated baseline of ``config`` on the same GPUs: everything kept but the hand-off."""
+    return SimConfig.build(**{**without_handoff(config.model_dump()), "mode": "colocated"})

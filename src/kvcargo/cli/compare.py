@@ -6,10 +6,8 @@ from typing import Any
 
 import click
 
-from kvcargo.config import SimConfig
+from kvcargo.config import SimConfig, colocated_twin
 from kvcargo.errors import KvcargoError
-
-MODES = ("colocated", "disagg")
 
 
 class GreedyFloats(click.Option):
@@ -34,8 +32,9 @@ class GreedyFloats(click.Option):
 
 
 def compare_configs(config: SimConfig) -> list[SimConfig]:
-    """The colocated run on the same GPUs (prefill + decode instances), then the disaggregated one."""
-    return [config.replace(mode=mode) for mode in MODES]
+    """The colocated run on the same GPUs (prefill + decode instances, no hand-off options), then the
+    disaggregated one."""
+    return [colocated_twin(config), config.replace(mode="disagg")]
 
 
 def refuse_ignored(params: dict[str, Any], compare: bool, sweep: tuple[float, ...], as_json: bool) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import os
 import threading
@@ -53,7 +54,15 @@ def command(host: str, port: int, open_browser: bool, max_requests: int, timeout
     if not loopback:
         click.echo(f"kvcargo: warning: listening on {host}: anyone who can reach this machine can use the page",
                    err=True)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets=None):  # type: ignore[no-untyped-def]
+            # Stop the workers before uvicorn waits for open requests: a run in flight ends now
+            # (503, the server is shutting down) instead of after the run's time limit.
+            await asyncio.to_thread(app.state.pool.close)
+            await super().shutdown(sockets)
+
+    server = Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
 
     def announce() -> None:
         while not server.started:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from kvcargo import catalog as catalog_mod
-from kvcargo.config import SimConfig
+from kvcargo.config import SimConfig, without_handoff
 from kvcargo.cost import Pool, kv_capacity
 from kvcargo.errors import KvcargoError
 from kvcargo.planner.backends import Backend, InlineBackend, TaskError
@@ -337,8 +337,9 @@ def enumerate_candidates(base: SimConfig, space: Space, budget: Budget | None) -
         if len(out) >= MAX_CANDIDATES:
             raise KvcargoError(f"the search space has more than {MAX_CANDIDATES:,} candidates; "
                                "narrow it (--devices, --tp, --links, --max-instances, a smaller budget)")
+        kept = without_handoff(fields) if changes["mode"] == "colocated" else fields
         for variant in lever_variants(space, cat.model(base.model).layers, changes):
-            cfg = SimConfig.build(**{**fields, **variant})
+            cfg = SimConfig.build(**{**kept, **variant})
             out.append(Candidate(cfg, label(cfg), gpus, usd, power))
 
     if space.disagg:

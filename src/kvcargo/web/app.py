@@ -5,8 +5,8 @@ Routes: ``GET /`` (the page), ``/static/*`` (its script and style), ``/vendor/pl
 ``POST /api/simulate``, ``GET /api/catalog``, ``GET /api/presets``. Errors are JSON
 ``{"error": "one line"}``: 400 for a malformed request or a foreign ``Host``, 403 for a POST from
 another site, 415 for a POST body not declared JSON, 422 for invalid parameters (with ``"field"``,
-the parameter at fault), 413 for an oversized body, 503 when the simulator is busy, 504 when a
-run passes the time limit.
+the parameter at fault), 413 for an oversized body, 503 when the simulator is busy or the server is
+shutting down, 504 when a run passes the time limit.
 """
 
 from __future__ import annotations
@@ -62,8 +62,9 @@ def _error(status: int, message: str, field: str | None = None) -> JSONResponse:
 
 
 def field_of(message: str) -> str | None:
-    """The parameter an error message names first (``invalid --prompt ...`` → ``prompt``)."""
-    m = re.search(r"--([a-z][a-z-]*)", message)
+    """The parameter an error message names first (``invalid --prompt ...`` → ``prompt``,
+    ``parameter seed given more than once`` → ``seed``)."""
+    m = re.search(r"--([a-z][a-z-]*)", message) or re.search(r"\bparameter ([a-z][a-z0-9_]*)\b", message)
     return m.group(1).replace("-", "_") if m else None
 
 
@@ -132,7 +133,7 @@ def create_app(max_requests: int = 20_000, timeout_s: float = 30.0, workers: int
 
     @app.exception_handler(KvcargoError)
     async def invalid(request: Request, exc: KvcargoError) -> JSONResponse:
-        return _error(422, str(exc), field_of(str(exc)))
+        return _error(422, str(exc), getattr(exc, "field", None) or field_of(str(exc)))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -197,6 +198,8 @@ def create_app(max_requests: int = 20_000, timeout_s: float = 30.0, workers: int
             return _error(503, str(exc))
         except WorkerFailed as exc:
             return _error(500, f"the simulation failed: {exc}")
+        except KvcargoError as exc:  # found by the run itself
+            raise checks.with_field(exc, config) from None
         return JSONResponse(payload)
 
     return app

@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import multiprocessing as mp
 import queue as queue_mod
+import signal
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -33,6 +34,7 @@ START_TIMEOUT_S = 300.0
 engine: up to a minute)."""
 WARM_UNITS = 100_000
 """Work a worker prepares the engine for at start (see kvcargo.engine.aot.prepare)."""
+SHUTTING_DOWN = "the server is shutting down"
 
 
 class SimulationTimeout(RuntimeError):
@@ -49,6 +51,8 @@ class WorkerFailed(RuntimeError):
 
 def _serve(conn: Connection) -> None:
     """A worker process: warm the engine up, then run jobs until the pipe closes."""
+    # Ctrl-C in a terminal reaches the whole process group: the server stops its workers itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     from kvcargo.engine import aot
     from kvcargo.web.service import run_simulation
 
@@ -76,12 +80,15 @@ def _serve(conn: Connection) -> None:
 class _Worker:
     process: Any
     conn: Connection
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    """Held while stopping: close() and the run's own thread may stop a worker at the same time."""
 
     def stop(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join(5)
-        self.conn.close()
+        with self.lock:
+            if self.process.is_alive():
+                self.process.kill()
+            self.process.join(5)
+            self.conn.close()
 
 
 class SimPool:
@@ -140,7 +147,7 @@ class SimPool:
                 self._live.add(w)
         if closed:
             w.stop()
-            raise WorkerFailed("the server is shutting down")
+            raise WorkerFailed(SHUTTING_DOWN)
         if not parent.poll(START_TIMEOUT_S):
             self._forget(w)
             raise WorkerFailed("the simulation worker did not start in time")
@@ -186,13 +193,17 @@ class SimPool:
         """Run ``job`` (keyword arguments of :func:`kvcargo.web.service.run_simulation`)."""
         with self._lock:
             if self._closed:
-                raise SimulatorBusy("the server is shutting down")
+                raise SimulatorBusy(SHUTTING_DOWN)
             if self._pending >= self.workers + self.queue:
                 raise SimulatorBusy(f"the simulator is busy ({self._pending} runs in progress or waiting); "
                                     "try again shortly")
             self._pending += 1
         try:
             return await asyncio.wrap_future(self._executor.submit(self._call, job))
+        except (Exception, asyncio.CancelledError):
+            if self._closed:  # stopped by close(): however the run ended, the answer is the same
+                raise SimulatorBusy(SHUTTING_DOWN) from None
+            raise
         finally:
             with self._lock:
                 self._pending -= 1
@@ -203,7 +214,8 @@ class SimPool:
             self._executor.submit(self._call, None)
 
     def close(self) -> None:
-        """Stop every worker; runs in progress fail."""
+        """Stop every worker at once: runs in progress or waiting end with :class:`SimulatorBusy`
+        (the server is shutting down)."""
         with self._lock:
             self._closed = True
             live = list(self._live)
