@@ -549,10 +549,9 @@ def _cap(global_cap: float | None, pool_cap: float | None) -> float | None:
 
 # ------------------------------------------------------------------ the colocated twin
 
-HANDOFF_ONLY = ("link_model", "kv_compress", "kv_compress_at", "kv_keep", "kv_ratio", "transit_ops_per_byte",
-                "transit_pj_per_bit", "send", "layer_groups", "topology", "link_sharing", "nics_per_instance",
-                "domain_size", "kv_reserve", "decode_prefix_cache")
-"""Options that only shape the KV hand-off between the pools; a colocated run has no hand-off."""
+HANDOFF_ONLY = ("link_model", *(f for f in SECTIONS["handoff"] if f not in ("link", "link_channels")))
+"""Options that only shape the KV hand-off between the pools (a colocated run has none): the hand-off
+section and the link model. The link and its channels stay, as colocated runs accept them."""
 
 
 def without_handoff(values: dict[str, Any]) -> dict[str, Any]:
