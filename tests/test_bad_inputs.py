@@ -548,14 +548,14 @@ def test_an_unknown_catalog_key_names_its_parameter(client) -> None:
     """Every parameter that names a catalog entry, on both endpoints: 422 from the handler (no
     worker here), the parameter in ``field`` (the page marks it and shows its label) and the choices."""
     from kvcargo.web.checks import CATALOG_FIELDS
-    from kvcargo.web.service import HandoffParams
+    from kvcargo.params import HandoffConfig
 
     for name in CATALOG_FIELDS:
         r = client.post("/api/simulate", json={name: "nope"} | ({"tp": 1} if name == "scale_up_link" else {})
                         | ({"kv_policy": "paged", "preemption": "swap"} if name == "host_link" else {}))
         _one_line_error(r, 422, f"invalid --{name.replace('_', '-')}: unknown ")
         assert r.json()["field"] == name and "; valid choices: " in r.json()["error"]
-        if name in HandoffParams.model_fields:
+        if name in HandoffConfig.model_fields:
             r = client.get(f"/api/handoff?{name}=nope")
             _one_line_error(r, 422, f"invalid --{name.replace('_', '-')}: unknown ")
             assert r.json()["field"] == name

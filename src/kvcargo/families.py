@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 ENGINE_FLAGS = ("ft_enob", "ft_static_w", "ft_mask_rate", "ft_samples_per_s", "ft_detection", "ft_overlap")
 ENGINE_STEP_FLAGS = ("ft_enob", "ft_mask_rate", "ft_detection", "ft_overlap")
 """The engine flags that change steps (the others change its static power and area)."""
-HANDOFF_LEVERS = ("send", "topology", "link_sharing", "kv_reserve", "decode_prefix_cache")
 
 
 def _flag(name: str) -> str:
@@ -101,9 +100,7 @@ def check_levers(res: Resolved) -> None:
     if ced.replay_on_decode(m) and res.colocated:
         raise KvcargoError("--ced-replay-on decode splits prefill across the two pools: it needs --mode disagg")
     if fft or is_ced:
-        defaults = {"send": "whole", "topology": "shared", "link_sharing": "fcfs", "kv_reserve": "at-decode",
-                    "decode_prefix_cache": False}
-        changed = [n for n in HANDOFF_LEVERS if getattr(c, n) != defaults[n]]
+        changed = c.handoff_features
         if changed:
             raise KvcargoError(f"{_flag(changed[0])} is modelled for attention models without CED only, "
                                f"not {m.key!r}")

@@ -71,7 +71,7 @@ def effective(link: Link) -> Link:
 
 def measured_transfers(link: Link, compression: Compression | None, nbytes: np.ndarray, kv_value_bytes: float,
                        prompt: np.ndarray | None = None, groups: int = 1) -> Transfers:
-    """:func:`kvcargo.handoff.transfers` under the measured model (``link`` as in the catalog):
+    """:func:`kvcargo.transfer.transfers` under the measured model (``link`` as in the catalog):
     every layer-wise slice pays the message overhead, the last one the per-layer costs of all."""
     eff = effective(link)
     x = transfers(eff, compression, nbytes, kv_value_bytes, prompt, groups)

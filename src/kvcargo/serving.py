@@ -24,7 +24,6 @@ DEFAULT_PREFIX_SHARE = 1.0
 PRESET_FIELDS = ("prompt", "prompt_cv", "output", "output_cv", "turns", "think", "system_prompts", "system_len",
                  "prefix_share")
 """Fields a ``--workload`` preset sets (giving them too is refused)."""
-HANDOFF_MODELS = ("send", "topology", "link_sharing", "kv_reserve", "decode_prefix_cache")
 
 
 def _changed(c: SimConfig, name: str) -> bool:
@@ -69,7 +68,7 @@ def check_serving(c: SimConfig) -> None:
         if c.workload_file is not None and session_shape(c).is_session:
             raise ValueError("sessions are generated: --turns/--system-prompts cannot be combined with --workload-file")
     closed_loop = session_shape(c).turns > 1
-    if (c.scheduled or closed_loop) and any(_changed(c, f) for f in HANDOFF_MODELS):
+    if (c.scheduled or closed_loop) and c.handoff_features:
         raise ValueError("the serving levers and multi-turn sessions use the reference hand-off: drop --send, "
                          "--topology, --link-sharing, --kv-reserve and --decode-prefix-cache")
     if (c.scheduled or closed_loop) and (c.cost_model != "roofline" or c.link_model != "line-rate"):

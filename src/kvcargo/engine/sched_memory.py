@@ -209,12 +209,10 @@ def pow2_at_least(o):
 
 
 @kernel(inline=True)
-def need(st, d, r):
-    """Units allocated at admission (§1.1; no prefix hit)."""
+def reserved(st, p, o):
+    """Units a whole-life KV policy (power of two, maximum length, exact) holds for a request of
+    ``p`` prompt and ``o`` output tokens (§1.1)."""
     kvp = st.cfg[C_KVP]
-    if st.ii[d, ROLE] == PREFILL or kvp == PAGED:
-        return units(st, d, st.ri[r, T])
-    p, o = st.ri[r, P], st.ri[r, O]
     if kvp == POW2:
         return p + pow2_at_least(o)
     if kvp == MAXLEN:
@@ -223,17 +221,20 @@ def need(st, d, r):
 
 
 @kernel(inline=True)
+def need(st, d, r):
+    """Units allocated at admission (§1.1; no prefix hit)."""
+    if st.ii[d, ROLE] == PREFILL or st.cfg[C_KVP] == PAGED:
+        return units(st, d, st.ri[r, T])
+    return reserved(st, st.ri[r, P], st.ri[r, O])
+
+
+@kernel(inline=True)
 def whole_need(st, d, r):
     """Units a request needs on a colocated or decode instance over its life (rejection, §1.2)."""
     p, o = st.ri[r, P], st.ri[r, O]
-    kvp = st.cfg[C_KVP]
-    if kvp == PAGED:
+    if st.cfg[C_KVP] == PAGED:
         return units(st, d, p + o) + st.ii[d, WMARK]
-    if kvp == POW2:
-        return p + pow2_at_least(o)
-    if kvp == MAXLEN:
-        return max(st.cfg[C_MAX_SEQ], p + o)
-    return p + o
+    return reserved(st, p, o)
 
 
 @kernel(inline=True)

@@ -18,7 +18,7 @@ from kvcargo.config import Resolved
 from kvcargo.cost import kv_capacity, model_coefficients, shape
 from kvcargo.engine import sched_state as S
 from kvcargo.engine.sched_gaps import per_request
-from kvcargo.engine.scheduled import WATERMARK, _sum
+from kvcargo.engine.scheduled import WATERMARK, _sum, check_model
 from kvcargo.errors import KvcargoError
 from kvcargo.transfer import endpoint_work, transfers
 from kvcargo.serving import DEFAULT_BLOCK, DEFAULT_HOST_LINK, DEFAULT_MAX_SEQ_LEN, DEFAULT_PREEMPTION
@@ -42,9 +42,7 @@ def handles(res: Resolved) -> bool:
 def build(res: Resolved, xfer: Any) -> S.SchedState:
     """The arrays of a fresh run (``xfer``: the hand-offs' transfers, disaggregated)."""
     c, w, model = res.config, res.workload, res.model
-    if model.experts or model.sliding_window is not None or model.kv_layout == "mla":
-        raise KvcargoError(f"the serving levers and sessions are modelled for dense full-attention models; "
-                           f"{model.key} is not one")
+    check_model(res)
     n = len(w)
     mi, mf = model_coefficients(model, c.lm_head)
     host = res.catalog.link(c.host_link or DEFAULT_HOST_LINK)
