@@ -18,10 +18,10 @@ from kvcargo.catalog import Catalog, Link, Model
 from kvcargo.cost import LmHead, Pool, model_coefficients, require_fit
 from kvcargo.errors import KvcargoError
 from kvcargo.formats import require_units
-from kvcargo.transfer import Compression
 from kvcargo.levers import Levers, lever_model, resolve_levers
 from kvcargo.limits import REFERENCE_MAX_LENGTH, check_ranges, check_workload, number
 from kvcargo.params import CostModel, Count, LinkModel, NonNeg, NumberFormat, Positive, build
+from kvcargo.transfer import Compression
 from kvcargo.workload import LengthDist, Workload, generate
 
 DEFAULT_RATE = 8.0

@@ -200,19 +200,16 @@ def link_rows(root: Path | None) -> list:
 def measured_value(check: dict) -> float:
     """kvcargo's value for a published link figure under ``--link-model measured`` (and, for the
     layer-wise checks, ``--cost-model calibrated`` prefill times)."""
-    from kvcargo import catalog
     from kvcargo.catalog import Link
-    from kvcargo.cost import Pool, shape
+    from kvcargo.cost import shape
     from kvcargo.linkmodel import layerwise_exposed, transfer_s
     from kvcargo.steps import step
     from kvcargo.validate import _link, _model
 
     if check["kind"] == "layerwise_exposed":
         model = _model(check["model"])
-        catalog.builtin().device(check["device"])
         t_p = step(model.key, check["device"], check["devices"], "prefill", 1, check["prompt"], "calibrated",
                    "last")["time_s"]
-        Pool(catalog.builtin().device(check["device"]), check["devices"])
         return layerwise_exposed(_link(check["link"]), shape(model).handoff_bytes(check["prompt"]), t_p,
                                  model.layers)
     fields = {k: check[k] for k in ("message_overhead_s", "efficiency", "channel_cap") if k in check}

@@ -20,8 +20,8 @@ from kvcargo.engine import sched_state as S
 from kvcargo.engine.sched_gaps import per_request
 from kvcargo.engine.scheduled import WATERMARK, _sum, check_model
 from kvcargo.errors import KvcargoError
-from kvcargo.transfer import endpoint_work, transfers
 from kvcargo.serving import DEFAULT_BLOCK, DEFAULT_HOST_LINK, DEFAULT_MAX_SEQ_LEN, DEFAULT_PREEMPTION
+from kvcargo.transfer import endpoint_work, transfers
 
 PLAIN_S_PER_TOKEN = 4e-6
 """Seconds of plain Python per output token (the event loop's per-row work, 2-core machine)."""
