@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kvcargo.errors import KvcargoError
 from kvcargo.levers import PARALLEL_LEVERS
 from kvcargo.workload import LengthDist, Workload, generate
 from kvcargo.workload.sessions import PRESETS, SessionShape, generate_sessions
 
 if TYPE_CHECKING:
-    from kvcargo.config import SimConfig
+    from kvcargo.config import Resolved, SimConfig
 
 DEFAULT_BLOCK = 16
 DEFAULT_MAX_SEQ_LEN = 2048
@@ -107,3 +108,17 @@ def serving_workload(c: SimConfig) -> Workload | None:
     if shape.is_session:
         return generate_sessions(c.requests, c.arrival_rate, prompt, output, shape, c.seed)
     return generate(c.requests, c.arrival_rate, prompt, output, c.seed)
+
+
+def uses_scheduled_engine(res: Resolved) -> bool:
+    """A serving lever is on, or sessions release turns in a closed loop."""
+    s = res.workload.sessions
+    return res.config.scheduled or (s is not None and s.closed_loop)
+
+
+def check_model(res: Resolved) -> None:
+    """Refuse a model the scheduled engine does not model, when the run would use it (before it starts)."""
+    m = res.model
+    if uses_scheduled_engine(res) and (m.experts or m.sliding_window is not None or m.kv_layout == "mla"):
+        raise KvcargoError(f"the serving levers and sessions are modelled for dense full-attention models; "
+                           f"{m.key} is not one")

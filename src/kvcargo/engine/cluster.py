@@ -22,8 +22,9 @@ from kvcargo.engine import state as S
 from kvcargo.engine.loop import run_events
 from kvcargo.engine.state import Params, by_reference, grown, new_state
 from kvcargo.families import prefill_resident_bytes
-from kvcargo.transfer import Transfers, endpoint_work
 from kvcargo.linkmodel import effective, link_transfers
+from kvcargo.serving import uses_scheduled_engine
+from kvcargo.transfer import Transfers, endpoint_work
 from kvcargo.workload.traces import BLOCK_TOKENS
 
 
@@ -232,11 +233,10 @@ def _dense_blocks(w) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untype
 
 def run(res: Resolved) -> EngineOutput:
     """Simulate a resolved configuration."""
-    if res.config.scheduled or res.workload.sessions is not None:  # else the scheduled engine is not loaded
-        from kvcargo.engine.scheduled import run_scheduled, uses_scheduled_engine
+    if uses_scheduled_engine(res):
+        from kvcargo.engine.scheduled import run_scheduled  # only then: the default run never loads it
 
-        if uses_scheduled_engine(res):
-            return run_scheduled(res)
+        return run_scheduled(res)
     params, xfer = build_params(res)
     n = len(params.rf)
     n_slots = res.n_decode if res.colocated else res.n_prefill

@@ -18,9 +18,15 @@ from kvcargo.config import Resolved
 from kvcargo.cost import kv_capacity, model_coefficients, shape
 from kvcargo.engine import sched_state as S
 from kvcargo.engine.sched_gaps import per_request
-from kvcargo.engine.scheduled import WATERMARK, _sum, check_model
+from kvcargo.engine.scheduled import WATERMARK, _sum
 from kvcargo.errors import KvcargoError
-from kvcargo.serving import DEFAULT_BLOCK, DEFAULT_HOST_LINK, DEFAULT_MAX_SEQ_LEN, DEFAULT_PREEMPTION
+from kvcargo.serving import (
+    DEFAULT_BLOCK,
+    DEFAULT_HOST_LINK,
+    DEFAULT_MAX_SEQ_LEN,
+    DEFAULT_PREEMPTION,
+    check_model,
+)
 from kvcargo.transfer import endpoint_work, transfers
 
 PLAIN_S_PER_TOKEN = 4e-6

@@ -38,8 +38,14 @@ from kvcargo.config import Resolved
 from kvcargo.cost import elementwise_pass, kv_capacity, mixed_work, model_coefficients, shape
 from kvcargo.engine.kvmemory import KvMemory, PrefixCache
 from kvcargo.errors import KvcargoError
+from kvcargo.serving import (
+    DEFAULT_BLOCK,
+    DEFAULT_HOST_LINK,
+    DEFAULT_MAX_SEQ_LEN,
+    DEFAULT_PREEMPTION,
+    check_model,
+)
 from kvcargo.transfer import endpoint_work, transfers
-from kvcargo.serving import DEFAULT_BLOCK, DEFAULT_HOST_LINK, DEFAULT_MAX_SEQ_LEN, DEFAULT_PREEMPTION
 from kvcargo.workload.traces import BLOCK_TOKENS
 
 NAN = math.nan
@@ -817,20 +823,6 @@ def block_chains(w) -> list[tuple]:  # type: ignore[no-untyped-def]
             sizes[-1] = max(1, prompt - BLOCK_TOKENS * (len(ids) - 1))
         chains.append(tuple((f"b{b}", n) for b, n in zip(ids, sizes)))
     return chains
-
-
-def uses_scheduled_engine(res: Resolved) -> bool:
-    """A serving lever is on, or sessions release turns in a closed loop."""
-    s = res.workload.sessions
-    return res.config.scheduled or (s is not None and s.closed_loop)
-
-
-def check_model(res: Resolved) -> None:
-    """Refuse a model this engine does not model, when the run would use it (before it starts)."""
-    m = res.model
-    if uses_scheduled_engine(res) and (m.experts or m.sliding_window is not None or m.kv_layout == "mla"):
-        raise KvcargoError(f"the serving levers and sessions are modelled for dense full-attention models; "
-                           f"{m.key} is not one")
 
 
 def _sum(values) -> float:

@@ -23,8 +23,8 @@ from typing import Any
 from kvcargo import catalog as catalog_mod
 from kvcargo.catalog import Catalog
 from kvcargo.config import SimConfig, resolve
-from kvcargo.engine.scheduled import check_model
 from kvcargo.errors import KvcargoError, unknown
+from kvcargo.serving import check_model
 from kvcargo.speculative import MTP
 
 CATALOG_FIELDS: dict[str, tuple[str, str]] = {
@@ -58,7 +58,6 @@ def check_run(config: SimConfig) -> None:
         check_model(resolve(config.replace(requests=min(config.requests, SAMPLE_REQUESTS))))
     except KvcargoError as exc:
         raise with_field(exc, config) from None
-
 
 
 class FieldError(KvcargoError):
