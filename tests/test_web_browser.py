@@ -232,7 +232,9 @@ def test_invalid_simulation_input_shows_the_error_not_a_broken_page(page) -> Non
     page.wait_for_selector("#sim-error", state="hidden")
     assert "stale" not in page.get_attribute("#sim-results", "class")
     assert page.get_attribute("#sim-rate", "aria-invalid") is None
-    page.wait_for_selector("#sim-table tbody tr")
+    # the error clears when the run is sent: wait for this run's answer, not the first run's table
+    page.wait_for_function("() => document.querySelector('#sim-command').textContent.includes('--decode-device a100')",
+                           timeout=120_000)
     ttft = simulate(requests=400, decode_device="a100").summary["ttft_p99"]
     assert page.text_content("#sim-table tr[data-key='ttft_p99'] td.value") == f"{ttft * 1e3:,.1f} ms"
     assert page.is_visible("#calc-table")  # the rest of the page still works
