@@ -48,7 +48,7 @@ def command(model: str, device: str, devices_per_instance: int, phase: str, batc
             ["average power", f"{r['power_w']:.0f} W"], ["FLOPs", f"{r['flops']:.4g}"],
             ["bytes", f"{r['bytes']:.4g}"]]
     for k, v in r.get("parts_s", {}).items():
-        rows.append([k.replace("_", " "), f"{v:.4g}" if k == "framework_scale" else seconds(v)])
+        rows.append([k.replace("_", " "), f"{v:.4g}" if k.endswith("scale") else seconds(v)])
     head = (f"{r['model']} on {devices_per_instance}× {r['device']}, {phase}: batch {batch}, "
             f"{wanted} {length:,} ({r['cost_model']})")
     click.echo(head + "\n" + table(["", ""], rows, "lr").split("\n", 2)[2])
