@@ -72,9 +72,17 @@ class CalibratedPool:
     tp: int
     tables: KernelTables
 
+    def __post_init__(self) -> None:
+        measured = sorted(set(self.tables.ctx_cfg[:, 2].tolist()) & set(self.tables.gen_cfg[:, 2].tolist()))
+        if self.head_dim not in measured:
+            raise KvcargoError(f"--cost-model calibrated: the {self.device.key} tables have no attention kernels "
+                               f"of head size {self.head_dim} ({self.model.key}); measured: "
+                               f"{', '.join(map(str, measured))} (use --cost-model roofline)")
+
     @property
     def heads(self) -> int:
-        return max(1, self.model.heads // self.tp)
+        """Query heads of the busiest device (a TP degree that does not divide them rounds up)."""
+        return max(1, -(-self.model.heads // self.tp))
 
     @property
     def kv_heads(self) -> int:
@@ -94,7 +102,7 @@ class CalibratedPool:
         md, t, g = self.model, self.tp, self.tables
         d, hd = md.d_model, self.head_dim
         q, kv = self.heads * hd, self.kv_heads * hd
-        ff = md.d_ff // t
+        ff = -(-md.d_ff // t)
         gemms = g.gemm(m, q + 2 * kv, d) + g.gemm(m, d, q) + g.gemm(m, 2 * ff, d) + g.gemm(m, d, ff)
         elem_bytes = 2.0 * np.asarray(m, dtype=np.float64) * (10 * d + 3 * ff + 2 * (q + kv))
         floor = ELEMENTWISE_KERNELS * self.shortest_kernel_s
