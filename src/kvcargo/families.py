@@ -88,8 +88,9 @@ def check_levers(res: Resolved) -> None:
     if given and not fft:
         raise KvcargoError(f"{_flag(given[0])} changes only FFT-mixing steps (hyena, hybrid models), not {m.key!r}")
     if (fft or is_ced) and c.cost_model != "roofline":
-        raise KvcargoError(f"--cost-model {c.cost_model} is measured for attention models without CED only, "
-                           f"not {m.key!r}")
+        kind = "an FFT-mixing model" if fft else "a causal encoder-decoder (CED)"
+        raise KvcargoError(f"--cost-model {c.cost_model} is measured for attention models without CED only; "
+                           f"{m.key!r} runs here as {kind} (use --cost-model roofline)")
     parallel = [n for n in PARALLEL_LEVERS if getattr(c, n) != type(c).model_fields[n].default]
     if parallel and (fft or is_ced or any(engines)):
         raise KvcargoError(f"{_flag(parallel[0])} is modelled for attention models on electronic devices only, "

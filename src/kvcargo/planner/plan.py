@@ -294,6 +294,9 @@ def build_space(base: SimConfig, given: set[str], budget: Budget, *, devices: tu
         raise KvcargoError(f"unknown format {bad[0]!r} in --formats; valid choices: {', '.join(valid)}")
     if formats and given & {"weight_format", "kv_format"}:
         raise KvcargoError("--formats conflicts with --weight-format/--kv-format; give one")
+    if formats and base.cost_model == "calibrated" and set(formats) - {"bf16"}:
+        raise KvcargoError("--cost-model calibrated has bf16 kernel tables only: --formats bf16, or "
+                           "--cost-model roofline to compare formats")
     if tp is not None and any(n < 1 for n in tp):
         raise KvcargoError(f"--tp values must be >= 1, got {tp}")
 
