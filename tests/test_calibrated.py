@@ -304,6 +304,14 @@ def test_framework_interpolates_in_log_tp() -> None:
     (["simulate", "--link-model", "measured", "--mode", "colocated"], "needs --mode disagg"),
     (["simulate", "--cost-model", "calibrated", "--model", "mixtral-8x7b", "--devices-per-instance", "2"],
      "mixture of experts"),
+    (["simulate", "--cost-model", "calibrated", "--model", "gemma2-9b", "--device", "a100"], "head size 256"),
+    (["simulate", "--cost-model", "calibrated", "--model", "llama3-70b", "--ced-encoder-layers", "4",
+      "--devices-per-instance", "2"], "runs here as a causal encoder-decoder"),
+    (["simulate", "--cost-model", "calibrated", "--tp", "2"], "need --cost-model roofline"),
+    (["simulate", "--cost-model", "calibrated", "--batch-policy", "chunked"], "drop --cost-model"),
+    (["simulate", "--cost-model", "calibrated", "--kv-policy", "paged"], "drop --cost-model"),
+    (["simulate", "--cost-model", "calibrated", "--kv-format", "fp8"], "bf16 kernel tables only"),
+    (["plan", "--cost-model", "calibrated", "--gpus", "4", "--formats", "bf16,fp8"], "bf16 kernel tables only"),
     (["calibrate"], "give --steps"),
     (["calibrate", "--import-aiconfigurator", "h100_sxm"], "go together"),
     (["calibrate", "--import-aiconfigurator", "l40s", "--device", "h100", "--tables", "x.npz",
@@ -330,6 +338,20 @@ def test_step_json(capsys: pytest.CaptureFixture[str]) -> None:
     r = json.loads(capsys.readouterr().out)
     assert r["time_s"] == step("llama3-8b", "h100", 1, "decode", 8, 512)["time_s"]
     assert r["energy_j"] == pytest.approx(r["compute_j"] + r["memory_j"])
+
+
+def test_step_text_shows_scales_as_factors(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["step", "--phase", "prefill", "--prompt", "512", "--cost-model", "calibrated"])
+    lines = {ln.split("  ")[0]: ln.split()[-1] for ln in capsys.readouterr().out.splitlines()[1:]}
+    assert lines["framework comm scale"] == f"{framework('h100', 1).comm_scale:.4g}"
+    assert lines["framework scale"] == f"{framework('h100', 1).prefill_scale:.4g}"
+
+
+def test_a_tp_degree_that_does_not_divide_the_heads_rounds_up() -> None:
+    """The busiest device of TP 3 over 32 heads computes 11 of them, not 10."""
+    cat = catalog.builtin()
+    cp = CalibratedPool(cat.model("llama3-8b"), cat.device("h100"), 3, load("h100"))
+    assert (cp.heads, cp.kv_heads) == (11, 3)
 
 
 def test_calibrated_run_with_every_handoff_option() -> None:
