@@ -360,12 +360,17 @@ def test_calibrated_run_with_every_handoff_option() -> None:
     base = dict(requests=60, rate=4.0, cost_model="calibrated", link_model="measured")
     for extra in ({"send": "layerwise"}, {"topology": "nic", "link_sharing": "fair"},
                   {"topology": "nvlink-domain", "kv_reserve": "at-transfer"},
-                  {"kv_compress": "fp8", "kv_compress_at": "endpoint"}, {"mode": "colocated", "link_model": "line-rate"}):
+                  {"kv_compress": "fp8", "kv_compress_at": "endpoint"}, {"mode": "colocated", "link_model": "line-rate"},
+                  {"send": "layerwise", "layer_groups": 4}, {"kv_compress": "freq-keep-k", "kv_keep": 0.5},
+                  {"power_cap": 300.0, "lm_head": "last"}, {"prefill_device": "a100", "decode_device": "h200"}):
         s = simulate(SimConfig(**{**base, **extra})).summary
         assert s["completed"] == 60, extra
     assert simulate(requests=60).summary != simulate(requests=60, cost_model="calibrated").summary
     trace = SimConfig(workload_file="azure-conv-2023", limit=50, cost_model="calibrated", link_model="measured")
     assert simulate(trace).summary["completed"] == 50
+    cached = SimConfig(workload_file="mooncake-conversation", limit=50, decode_prefix_cache=True,
+                       cost_model="calibrated", link_model="measured")
+    assert simulate(cached).summary["completed"] == 50
 
 
 def test_planner_searches_with_the_calibrated_models(capsys: pytest.CaptureFixture[str]) -> None:
