@@ -75,9 +75,9 @@ class CalibratedPool:
     def __post_init__(self) -> None:
         measured = sorted(set(self.tables.ctx_cfg[:, 2].tolist()) & set(self.tables.gen_cfg[:, 2].tolist()))
         if self.head_dim not in measured:
-            raise KvcargoError(f"--cost-model calibrated: the {self.device.key} tables have no attention kernels "
-                               f"of head size {self.head_dim} ({self.model.key}); measured: "
-                               f"{', '.join(map(str, measured))} (use --cost-model roofline)")
+            raise KvcargoError(f"no measured attention kernels for head size {self.head_dim} ({self.model.key}) "
+                               f"in the {self.device.key} tables; measured: {', '.join(map(str, measured))} "
+                               "(--cost-model calibrated needs them: use --cost-model roofline or another device)")
 
     @property
     def heads(self) -> int:
