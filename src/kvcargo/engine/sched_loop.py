@@ -710,7 +710,7 @@ def step_end(st, d):
 # ------------------------------------------------------------------ the loop
 
 
-@kernel
+@kernel(refcounts=False)
 def run_events(st):
     """Simulate until every request is settled (FINISHED), a table is full (grow it and call
     again: it resumes where it paused) or no event is left (STALLED)."""
