@@ -69,21 +69,27 @@ the cached code ~0.5 s): compiling pays once the plain Python it replaces would 
 
 _plain: list[tuple[types.FunctionType, bool]] = []
 _plain_ids: set[int] = set()
+_unrefcounted: set[int] = set()
 _dispatchers: dict[int, Any] = {}
 _plain_s_done = 0.0
 _notice = False
 _cache_set = False
 
 
-def kernel(fn: F | None = None, *, inline: bool = False) -> F:
+def kernel(fn: F | None = None, *, inline: bool = False, refcounts: bool = True) -> F:
     """Mark ``fn`` as a kernel: plain Python until the process compiles (see module docstring).
 
     ``inline=True`` splices a small helper into its compiled callers: a compiled call that passes
     the state arrays costs reference counting, which dominates helpers of a few lines.
+    ``refcounts=False`` compiles without numba's reference counting, for a kernel that allocates
+    no array: reading an array out of a tuple of arrays otherwise costs an atomic increment and
+    decrement each time.
     """
     if fn is None:
-        return lambda f: kernel(f, inline=inline)  # type: ignore[return-value]
+        return lambda f: kernel(f, inline=inline, refcounts=refcounts)  # type: ignore[return-value]
     own = _own_copy(fn)
+    if not refcounts:
+        _unrefcounted.add(id(own))
     _plain.append((own, inline))
     _plain_ids.add(id(own))
     if compiled():  # a module imported after the process compiled
@@ -166,7 +172,9 @@ def _dispatcher(fn: types.FunctionType, inline: bool) -> Any:
     ``error_model="numpy"``: a division needs no zero check (the engine never divides by zero;
     results are the same IEEE floats, so compiled and plain runs stay bit-identical).
     """
-    return _numba().njit(cache=True, nogil=True, error_model="numpy", inline="always" if inline else "never")(fn)
+    options = {"_nrt": False} if id(fn) in _unrefcounted else {}
+    return _numba().njit(cache=True, nogil=True, error_model="numpy", inline="always" if inline else "never",
+                         **options)(fn)
 
 
 def compile_kernels(notice: bool = True) -> None:

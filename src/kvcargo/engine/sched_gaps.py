@@ -17,7 +17,8 @@ from kvcargo.engine.sched_state import RUN_INST, RUN_M, RUN_ORD, RUN_R
 def step_positions(log_inst: np.ndarray, n_inst: int) -> tuple[np.ndarray, np.ndarray]:
     """The logged steps grouped by instance, each in log order (positions → log index), and
     where each instance's group starts."""
-    order = np.argsort(log_inst, kind="stable").astype(np.int64)
+    keys = log_inst.astype(np.uint16) if n_inst <= 1 << 16 else log_inst  # small keys: numpy's radix sort
+    order = np.argsort(keys, kind="stable").astype(np.int64)
     start = np.zeros(n_inst + 1, dtype=np.int64)
     np.cumsum(np.bincount(log_inst, minlength=n_inst), out=start[1:])
     return order, start

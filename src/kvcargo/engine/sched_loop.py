@@ -242,6 +242,14 @@ def poke(st, d):
 
 
 @kernel(inline=True)
+def last_token(st, r):
+    """When request ``r`` got its last token: the end of its logged step (the same float as the
+    step's end event), else the time kept for it."""
+    j = st.ri[r, LAST_STEP]
+    return st.logf[j, 1] if j >= 0 else st.rf[r, LAST]
+
+
+@kernel(inline=True)
 def token(st, d, r, first):
     """Request ``r`` got a token at the end of ``d``'s step in flight (``first``: its first)."""
     now = st.gf[F_NOW]
@@ -256,16 +264,17 @@ def token(st, d, r, first):
         st.runi[k, RUN_INST] = st.ii[d, INDEX]
         st.runi[k, RUN_ORD] = st.ii[d, N_LOGGED] - 1 if j >= 0 else -1  # the step in flight is d's latest
         st.runi[k, RUN_M] = 1
-        st.runf[k] = math.nan if first else now - st.rf[r, LAST]
+        st.runf[k] = math.nan if first else now - last_token(st, r)
         st.g[G_NRUNS] = k + 1
         st.ri[r, RUN] = k
     st.ri[r, LAST_STEP] = j if j >= 0 else -2
+    if j < 0:
+        st.rf[r, LAST] = now
     if first:
         st.rf[r, FIRST] = now
     st.ri[r, TOK] += 1
     st.ii[d, CONTEXT] += 1  # a running, decoding row
     st.ii[d, TOKENS] += 1
-    st.rf[r, LAST] = now
 
 
 @kernel(inline=True)
@@ -555,19 +564,23 @@ def chunked_rows(st, d):
     ri, run, snap, snapc = st.ri, st.run, st.snap, st.snapc
     n = st.ii[d, N_RUN] - st.ii[d, N_PREFILLING]
     st.ii[d, N_DEC] = n
-    k_dec = 0
     k_chunk = n
-    for k in range(st.ii[d, N_RUN]):
-        r = run[d, k]
-        if ri[r, DONE_TOK] >= ri[r, T]:
-            snap[d, k_dec] = r
-            k_dec += 1
-        elif n < budget:
-            c = min(ri[r, T] - ri[r, DONE_TOK], budget - n)
-            n += c
-            snap[d, k_chunk] = r
-            snapc[d, k_chunk] = c
-            k_chunk += 1
+    if st.ii[d, N_PREFILLING] == 0:  # every running row decodes, in running order
+        for k in range(n):
+            snap[d, k] = run[d, k]
+    else:
+        k_dec = 0
+        for k in range(st.ii[d, N_RUN]):
+            r = run[d, k]
+            if ri[r, DONE_TOK] >= ri[r, T]:
+                snap[d, k_dec] = r
+                k_dec += 1
+            elif n < budget:
+                c = min(ri[r, T] - ri[r, DONE_TOK], budget - n)
+                n += c
+                snap[d, k_chunk] = r
+                snapc[d, k_chunk] = c
+                k_chunk += 1
     st.ii[d, N_CHUNK] = k_chunk - st.ii[d, N_DEC]
     while st.ii[d, Q_LEN] > 0 and n < budget and st.ii[d, N_RUN] < st.ii[d, MAX_ROWS] and st.ii[d, SW_LEN] == 0:
         r = try_admit(st, d)
@@ -652,8 +665,7 @@ def advance(st, d):
     """Every decode row of the step got its next token; those at their length finish, in row
     order, once all have advanced."""
     ndec = st.ii[d, N_DEC]
-    ri, rf, runi, snap = st.ri, st.rf, st.runi, st.snap  # locals: no reference counting per row
-    now = st.gf[F_NOW]
+    ri, runi, snap = st.ri, st.runi, st.snap
     j, prev = st.ii[d, CUR_LOG], st.ii[d, PREV_LOG]
     finished = 0
     steady = 0
@@ -663,7 +675,6 @@ def advance(st, d):
             runi[ri[r, RUN], RUN_M] += 1
             ri[r, LAST_STEP] = j
             ri[r, TOK] += 1
-            rf[r, LAST] = now
             steady += 1
         else:
             token(st, d, r, False)
@@ -710,7 +721,7 @@ def step_end(st, d):
 # ------------------------------------------------------------------ the loop
 
 
-@kernel
+@kernel(refcounts=False)
 def run_events(st):
     """Simulate until every request is settled (FINISHED), a table is full (grow it and call
     again: it resumes where it paused) or no event is left (STALLED)."""

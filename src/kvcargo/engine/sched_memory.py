@@ -327,10 +327,11 @@ def grow(st, d):
         if ri[r, DONE_TOK] < ri[r, T]:
             i += 1
             continue
-        n = -(-(ri[r, P] + ri[r, TOK]) // unit)
-        if n <= ri[r, ALLOC]:
+        context = ri[r, P] + ri[r, TOK]
+        if context <= ri[r, ALLOC] * unit:  # its blocks hold the next token (no division per row)
             i += 1
             continue
+        n = -(-context // unit)
         while True:
             if room(st, d, n - st.ri[r, ALLOC]):
                 st.ii[d, USED] += n - st.ri[r, ALLOC]

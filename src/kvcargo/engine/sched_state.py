@@ -26,7 +26,8 @@ SLEEPING, WAKING, ACTIVE = range(3)
 PROMPT_STEP, DECODE_STEP, CHUNKED_STEP = range(3)
 SPAN_RECOMPUTE, SPAN_SWAP = range(2)
 
-# ``rf``: per-request floats.
+# ``rf``: per-request floats (LAST: the time of its last token when that step was not logged;
+# a logged step's end is in the log).
 (LAST, ARR, PS, FIRST, KS, KR, DS, FIN, PREEMPTED_AT, THINK, XFER_T, XFER_J, TRANSIT_J, EP_OPS,
  EP_BYTES) = range(15)
 # ``ri``: per-request integers (TOK: tokens out; LAST_STEP: the logged step of its last token,
