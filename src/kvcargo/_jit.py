@@ -16,7 +16,6 @@ test suite runs the engine every way.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import sys
@@ -41,11 +40,21 @@ their constants (numba freezes them in)."""
 
 @cache
 def source_digest() -> str:
-    """A hash of :data:`COMPILED_SOURCES`, read once per process (the numba cache folder and the
-    ahead-of-time engine's key both name their compiled code after it)."""
+    """A hash of :data:`COMPILED_SOURCES`, once per set of sources (the numba cache folder and the
+    ahead-of-time engine's key both name their compiled code after it): hashed again only when a
+    source's modification time or size changed (the files' stamps key it in kvcargo's cache)."""
+    from kvcargo import cachefiles
+
     package = Path(__file__).parent
+    paths = sorted(p for pattern in COMPILED_SOURCES for p in package.glob(pattern))
+    return cachefiles.cached("source-digest", cachefiles.stamp(paths), lambda: _hash_sources(package, paths))
+
+
+def _hash_sources(package: Path, paths: list[Path]) -> str:
+    import hashlib
+
     digest = hashlib.sha256()
-    for path in sorted(p for pattern in COMPILED_SOURCES for p in package.glob(pattern)):
+    for path in paths:
         digest.update(path.relative_to(package).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
