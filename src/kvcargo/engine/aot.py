@@ -16,18 +16,12 @@ Where numba cannot build it (no C compiler), everything stays as before: the JIT
 
 from __future__ import annotations
 
-import hashlib
 import importlib.machinery
 import importlib.util
 import json
 import os
-import platform
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -37,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from kvcargo import _jit
+from kvcargo.cachefiles import cache_dir
 from kvcargo.engine.state import Params, State
 
 MODULE = "kvcargo_engine_aot"
@@ -168,14 +163,13 @@ def fits(args: tuple[Any, ...], expected: list[str]) -> bool:
     return True
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("KVCARGO_CACHE_DIR") or Path.home() / ".cache" / "kvcargo")
-
-
 @cache
 def _key() -> str:
     """kvcargo's sources (any module may hold a kernel), numba's version, Python's and the
     machine's."""
+    import hashlib
+    import platform
+
     h = hashlib.sha256(_jit.source_digest().encode())
     spec = importlib.util.find_spec("numba")
     if spec is not None and spec.origin:
@@ -216,6 +210,8 @@ def _failed() -> bool:
 def _build_in_background() -> bool:
     """Start building the module in a detached process unless one is already building it.
     Whether a build is under way."""
+    import subprocess  # like the other modules of building: imported only to build
+
     lock = _lock()
     lock.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -303,6 +299,10 @@ def _build() -> ModuleType | None:
 
 
 def _compile(arrays: tuple[np.ndarray, ...], signatures: dict[str, tuple[Any, ...]]) -> ModuleType | None:
+    import shutil
+    import tempfile
+    import warnings
+
     import numba
     from numba.pycc import CC
 
