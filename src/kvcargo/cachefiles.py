@@ -49,8 +49,8 @@ def cached(name: str, key: Hashable, derive: Callable[[], T]) -> T:
             stored_key, value = pickle.load(f)
         if stored_key == key:
             return value  # type: ignore[no-any-return]
-    except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError, ImportError):
-        pass  # absent, or written by another version: derive it again
+    except Exception:  # noqa: BLE001 - absent, truncated or written by another version: derive it again
+        pass
     value = derive()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
