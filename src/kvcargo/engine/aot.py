@@ -358,15 +358,30 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 
 def install() -> None:
-    """Build the module now unless it is built (an installer's step: ``scripts/setup.sh`` runs
-    ``python -m kvcargo.engine.aot``, so a first run after installing finds it)."""
+    """Build the module now unless it is built, and fill numba's cache with the kernels it does not
+    hold (an installer's step: ``scripts/setup.sh`` runs ``python -m kvcargo.engine.aot``, so a
+    first run after installing compiles nothing)."""
     if not _jit.AVAILABLE:
         print("kvcargo: numba is not installed (or KVCARGO_JIT=0): the engine stays plain Python",
               file=sys.stderr)
-    elif _load() is not None:
+        return
+    if _load() is not None:
         print(f"kvcargo: the compiled simulation engine is built ({_path().parent})", file=sys.stderr)
     elif _wait_for_build() is None and _build() is not None:
         print(f"kvcargo: built the compiled simulation engine ({_path().parent})", file=sys.stderr)
+    _warm_scheduled()
+
+
+def _warm_scheduled() -> None:
+    """Compile the serving levers' scheduled loop into numba's on-disk cache by one small run with
+    every kernel compiled: the module does not hold that loop, and a first run that needed it
+    (``kvcargo reproduce`` checks the levers) would otherwise compile it for minutes. Said on the
+    terminal while numba compiles; nothing to do when its cache is warm."""
+    from kvcargo.config import SimConfig
+    from kvcargo.simulation import simulate
+
+    _jit.compile_kernels()
+    simulate(SimConfig.build(requests=64, batch_policy="chunked", kv_policy="paged")).summary  # noqa: B018
 
 
 if __name__ == "__main__":
