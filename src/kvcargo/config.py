@@ -20,7 +20,16 @@ from kvcargo.errors import KvcargoError
 from kvcargo.formats import require_units
 from kvcargo.levers import Levers, lever_model, resolve_levers
 from kvcargo.limits import REFERENCE_MAX_LENGTH, check_ranges, check_workload, number
-from kvcargo.params import CostModel, Count, LinkModel, NonNeg, NumberFormat, Positive, attribute_docstrings, build
+from kvcargo.params import (
+    CostModel,
+    Count,
+    LinkModel,
+    NonNeg,
+    NumberFormat,
+    Positive,
+    attribute_docstrings,
+    build,
+)
 from kvcargo.transfer import Compression
 from kvcargo.workload import LengthDist, Workload, generate
 
