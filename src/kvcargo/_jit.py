@@ -16,7 +16,6 @@ test suite runs the engine every way.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import sys
@@ -33,21 +32,36 @@ MODE = os.environ.get("KVCARGO_JIT", "auto")
 AVAILABLE: bool = MODE != "0" and importlib.util.find_spec("numba") is not None
 """True when numba is installed and not disabled."""
 
-COMPILED_SOURCES = ("**/*.py",)
-"""The sources compiled code may be built from: every module of the package, since kernels are
-defined in several (the engine, the cost models, statistics), inline helpers from others and read
-their constants (numba freezes them in)."""
+COMPILED_SOURCES = ".py"
+"""The sources compiled code may be built from: every module of the package (files with this
+suffix), since kernels are defined in several (the engine, the cost models, statistics), inline
+helpers from others and read their constants (numba freezes them in)."""
 
 
 @cache
 def source_digest() -> str:
-    """A hash of :data:`COMPILED_SOURCES`, read once per process (the numba cache folder and the
-    ahead-of-time engine's key both name their compiled code after it)."""
-    package = Path(__file__).parent
+    """A hash of :data:`COMPILED_SOURCES`, once per set of sources (the numba cache folder and the
+    ahead-of-time engine's key both name their compiled code after it): hashed again only when a
+    source's modification time or size changed (the files' stamps key it in kvcargo's cache)."""
+    from kvcargo import cachefiles
+
+    package = os.path.dirname(__file__)
+    names = sorted((os.path.relpath(os.path.join(root, f), package).split(os.sep)
+                    for root, _, files in os.walk(package) for f in files if f.endswith(COMPILED_SOURCES)))
+    paths = [os.path.join(package, *parts) for parts in names]
+    return cachefiles.cached("source-digest", cachefiles.stamp(paths),
+                             lambda: _hash_sources(["/".join(parts) for parts in names], paths))
+
+
+def _hash_sources(names: list[str], paths: list[str]) -> str:
+    """sha256 over each source's name (relative, with ``/``) and its bytes, in order."""
+    import hashlib
+
     digest = hashlib.sha256()
-    for path in sorted(p for pattern in COMPILED_SOURCES for p in package.glob(pattern)):
-        digest.update(path.relative_to(package).as_posix().encode())
-        digest.update(path.read_bytes())
+    for name, path in zip(names, paths):
+        digest.update(name.encode())
+        with open(path, "rb") as f:
+            digest.update(f.read())
     return digest.hexdigest()
 
 

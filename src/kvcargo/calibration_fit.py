@@ -32,11 +32,9 @@ from __future__ import annotations
 
 import bisect
 import csv
-import tomllib
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -92,6 +90,9 @@ class StepRow:
 
 @cache
 def builtin_constants() -> dict[tuple[str, int], Framework]:
+    import tomllib  # only where the calibrated model is used
+    from importlib import resources
+
     text = resources.files("kvcargo.data").joinpath("calibration/framework.toml").read_text(encoding="utf-8")
     return parse_constants(tomllib.loads(text))
 

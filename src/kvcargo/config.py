@@ -20,7 +20,16 @@ from kvcargo.errors import KvcargoError
 from kvcargo.formats import require_units
 from kvcargo.levers import Levers, lever_model, resolve_levers
 from kvcargo.limits import REFERENCE_MAX_LENGTH, check_ranges, check_workload, number
-from kvcargo.params import CostModel, Count, LinkModel, NonNeg, NumberFormat, Positive, build
+from kvcargo.params import (
+    CostModel,
+    Count,
+    LinkModel,
+    NonNeg,
+    NumberFormat,
+    Positive,
+    attribute_docstrings,
+    build,
+)
 from kvcargo.transfer import Compression
 from kvcargo.workload import LengthDist, Workload, generate
 
@@ -39,10 +48,11 @@ EARLY_DECODE_CHOICE = ("topology", "decode_prefix_cache")
 """Of :data:`HANDOFF_FEATURES`: those that need the destination before the transfer."""
 
 
+@attribute_docstrings
 class SimConfig(BaseModel):
     """A simulation run. Field names are the CLI flags (``--prefill-device`` → ``prefill_device``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     model: str = "llama3-8b"
     """Model key (kvcargo catalog models)."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -193,6 +192,8 @@ def load(device: str, path: str | None = None) -> KernelTables:
 
 def builtin_arrays(name: str) -> dict[str, np.ndarray]:
     """A built-in ``data/calibration/<name>.npz`` as arrays."""
+    from importlib import resources  # only where the calibrated model is used
+
     source = resources.files("kvcargo.data").joinpath(f"calibration/{name}.npz")
     with resources.as_file(source) as p:
         return dict(np.load(p))

@@ -8,11 +8,10 @@
 
 from __future__ import annotations
 
-import csv
 import math
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,8 +21,10 @@ from kvcargo.engine.cluster import EngineOutput, run
 from kvcargo.engine.state import REJECTED
 from kvcargo.metrics import summarize
 from kvcargo.outputs import atomic_path
-from kvcargo.summary import Summary
 from kvcargo.workload import Workload
+
+if TYPE_CHECKING:
+    from kvcargo.summary import Summary
 
 REQUEST_COLUMNS = ("rid", "arrival", "prompt_len", "output_len", "prefill_start", "first_token",
                    "kv_start", "kv_ready", "decode_start", "finish")
@@ -47,6 +48,8 @@ class SimResult:
     @cached_property
     def grouped(self) -> Summary:
         """The summary grouped by what it measures (latency, SLO, link, energy, instances, cost)."""
+        from kvcargo.summary import Summary
+
         return Summary.of(self.summary)
 
     def requests(self) -> dict[str, np.ndarray]:
@@ -68,6 +71,8 @@ class SimResult:
     def write_requests_csv(self, path: str | Path) -> None:
         """One row per request; empty cells where a stage does not apply; floats as ``repr``. When
         the first token comes from the decode side, a last column ``prefill_done``."""
+        import csv
+
         cols = self.requests()
         names = REQUEST_COLUMNS + (("prefill_done",) if "prefill_done" in cols else ())
         with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:

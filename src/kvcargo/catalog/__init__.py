@@ -10,17 +10,19 @@ names the file, the entry and the field.
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.version import VERSION as PYDANTIC_VERSION
 
+from kvcargo import cachefiles
 from kvcargo.errors import KvcargoError, unknown
+
+HERE = Path(__file__).parent
 
 PositiveInt = Annotated[int, Field(gt=0, strict=True)]
 NonNegInt = Annotated[int, Field(ge=0, strict=True)]
@@ -29,7 +31,9 @@ NonNegFloat = Annotated[float, Field(ge=0)]
 
 
 class _Entry(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: a process that takes the built-in entries from the cache never validates one,
+    # so it never pays for building the validators (about 30 ms)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     key: str
     name: str
 
@@ -155,7 +159,7 @@ class TransformEngine(BaseModel):
     """An optical Fourier-transform engine beside a digital part (levers-mixers §3): converters,
     a reprogrammable spectral mask, a laser. Figures are the companion's defaults."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     samples_per_s: PositiveFloat = 1e12
     """Converter samples per second, each direction."""
     enob: int = 8
@@ -298,6 +302,8 @@ class Catalog:
 
     def extended(self, path: str | Path) -> Catalog:
         """This catalog plus (and overridden by) the entries of a user TOML file."""
+        import tomllib
+
         path = Path(path)
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -344,10 +350,18 @@ def _parse_entries(cls: type[E], entries: dict, source: str, kind: str) -> dict[
 
 @lru_cache(maxsize=1)
 def builtin() -> Catalog:
-    """The catalog shipped with kvcargo."""
+    """The catalog shipped with kvcargo: parsed and validated once, then kept in kvcargo's cache
+    directory for later processes while its files and this module are unchanged."""
+    files = [HERE / f"{kind}.toml" for kind in KINDS] + [Path(__file__)]
+    return cachefiles.cached("catalog", (cachefiles.stamp(files), PYDANTIC_VERSION), _parse_builtin)
+
+
+def _parse_builtin() -> Catalog:
+    import tomllib
+
     tables = {}
     for kind, cls in KINDS.items():
-        text = resources.files(__name__).joinpath(f"{kind}.toml").read_text(encoding="utf-8")
+        text = (HERE / f"{kind}.toml").read_text(encoding="utf-8")
         tables[kind] = _parse_entries(cls, tomllib.loads(text), f"{kind}.toml (built-in)", kind)
     return Catalog(**tables, sources=("built-in",))
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from gettext import gettext as _
+from pathlib import Path
 
 # numpy asks the kernel for transparent huge pages for every large array; where the kernel then
 # compacts memory synchronously (``defrag=madvise``, a common default) a million-request run
@@ -16,6 +18,7 @@ os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
 
 import click
 
+from kvcargo import cachefiles
 from kvcargo.errors import KvcargoError
 
 COMMANDS = ("handoff", "catalog", "simulate", "step", "reproduce", "sweep", "capacity", "plan", "ui", "trace-stats",
@@ -34,6 +37,24 @@ class LazyGroup(click.Group):
         if cmd_name not in COMMANDS:
             return None
         return importlib.import_module(f"kvcargo.cli.{cmd_name.replace('-', '_')}").command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list of ``--help``, as click writes it, kept in kvcargo's cache while the
+        commands' modules are unchanged: listing them otherwise imports every command (the
+        simulator, the planner, the web server) to read its first help line."""
+        files = [Path(__file__).with_name(f"{name.replace('-', '_')}.py") for name in COMMANDS]
+        rows = cachefiles.cached("command-list", (cachefiles.stamp(files), formatter.width),
+                                 lambda: self._command_rows(ctx, formatter.width))
+        if rows:
+            with formatter.section(_("Commands")):
+                formatter.write_dl(rows)
+
+    def _command_rows(self, ctx: click.Context, width: int) -> list[tuple[str, str]]:
+        """(name, first help line) of each command shown, fitted to ``width`` (click's rule)."""
+        commands = [(name, cmd) for name in self.list_commands(ctx)
+                    if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden]
+        limit = width - 6 - max((len(name) for name, _cmd in commands), default=0)
+        return [(name, cmd.get_short_help_str(limit)) for name, cmd in commands]
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -16,18 +16,12 @@ Where numba cannot build it (no C compiler), everything stays as before: the JIT
 
 from __future__ import annotations
 
-import hashlib
 import importlib.machinery
 import importlib.util
 import json
 import os
-import platform
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -37,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from kvcargo import _jit
+from kvcargo.cachefiles import cache_dir
 from kvcargo.engine.state import Params, State
 
 MODULE = "kvcargo_engine_aot"
@@ -168,14 +163,13 @@ def fits(args: tuple[Any, ...], expected: list[str]) -> bool:
     return True
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("KVCARGO_CACHE_DIR") or Path.home() / ".cache" / "kvcargo")
-
-
 @cache
 def _key() -> str:
     """kvcargo's sources (any module may hold a kernel), numba's version, Python's and the
     machine's."""
+    import hashlib
+    import platform
+
     h = hashlib.sha256(_jit.source_digest().encode())
     spec = importlib.util.find_spec("numba")
     if spec is not None and spec.origin:
@@ -216,6 +210,8 @@ def _failed() -> bool:
 def _build_in_background() -> bool:
     """Start building the module in a detached process unless one is already building it.
     Whether a build is under way."""
+    import subprocess  # like the other modules of building: imported only to build
+
     lock = _lock()
     lock.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -303,6 +299,10 @@ def _build() -> ModuleType | None:
 
 
 def _compile(arrays: tuple[np.ndarray, ...], signatures: dict[str, tuple[Any, ...]]) -> ModuleType | None:
+    import shutil
+    import tempfile
+    import warnings
+
     import numba
     from numba.pycc import CC
 
@@ -358,15 +358,30 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 
 def install() -> None:
-    """Build the module now unless it is built (an installer's step: ``scripts/setup.sh`` runs
-    ``python -m kvcargo.engine.aot``, so a first run after installing finds it)."""
+    """Build the module now unless it is built, and fill numba's cache with the kernels it does not
+    hold (an installer's step: ``scripts/setup.sh`` runs ``python -m kvcargo.engine.aot``, so a
+    first run after installing compiles nothing)."""
     if not _jit.AVAILABLE:
         print("kvcargo: numba is not installed (or KVCARGO_JIT=0): the engine stays plain Python",
               file=sys.stderr)
-    elif _load() is not None:
+        return
+    if _load() is not None:
         print(f"kvcargo: the compiled simulation engine is built ({_path().parent})", file=sys.stderr)
     elif _wait_for_build() is None and _build() is not None:
         print(f"kvcargo: built the compiled simulation engine ({_path().parent})", file=sys.stderr)
+    _warm_scheduled()
+
+
+def _warm_scheduled() -> None:
+    """Compile the serving levers' scheduled loop into numba's on-disk cache by one small run with
+    every kernel compiled: the module does not hold that loop, and a first run that needed it
+    (``kvcargo reproduce`` checks the levers) would otherwise compile it for minutes. Said on the
+    terminal while numba compiles; nothing to do when its cache is warm."""
+    from kvcargo.config import SimConfig
+    from kvcargo.simulation import simulate
+
+    _jit.compile_kernels()
+    simulate(SimConfig.build(requests=64, batch_policy="chunked", kv_policy="paged")).summary  # noqa: B018
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from kvcargo.families import prefill_resident_bytes
 from kvcargo.linkmodel import effective, link_transfers
 from kvcargo.serving import uses_scheduled_engine
 from kvcargo.transfer import Transfers, endpoint_work
-from kvcargo.workload.traces import BLOCK_TOKENS
+from kvcargo.workload.stream import BLOCK_TOKENS
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ from kvcargo.serving import (
     check_model,
 )
 from kvcargo.transfer import endpoint_work, transfers
-from kvcargo.workload.traces import BLOCK_TOKENS
+from kvcargo.workload.stream import BLOCK_TOKENS
 
 NAN = math.nan
 WATERMARK = 0.01

@@ -86,6 +86,8 @@ def uniforms(rng, k: int) -> np.ndarray:
     words = mt.random_raw(2 * k)
     state = mt.state["state"]
     rng.setstate((version, (*state["key"].tolist(), int(state["pos"])), gauss))
-    a = (words[0::2] >> 5).astype(np.float64)
-    b = (words[1::2] >> 6).astype(np.float64)
-    return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0)
+    u = (words[0::2] >> 5).astype(np.float64)  # in place from here: the same exact operations
+    u *= 67108864.0
+    u += words[1::2] >> 6
+    u *= 1.0 / 9007199254740992.0
+    return u

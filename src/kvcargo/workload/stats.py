@@ -15,8 +15,8 @@ import numpy as np
 
 from kvcargo.catalog import Link, Model
 from kvcargo.errors import KvcargoError
-from kvcargo.workload.stream import Workload
-from kvcargo.workload.traces import BLOCK_TOKENS, mean_rate
+from kvcargo.workload.stream import BLOCK_TOKENS, Workload
+from kvcargo.workload.traces import mean_rate
 
 BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 """Candidate widths of the arrival-rate timeline; the smallest giving at most 60 buckets wins."""

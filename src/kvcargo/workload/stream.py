@@ -12,6 +12,9 @@ from kvcargo.errors import KvcargoError
 if TYPE_CHECKING:
     from kvcargo.workload.sessions import Sessions
 
+BLOCK_TOKENS = 512
+"""Tokens per prompt block of a Mooncake trace's ``hash_ids``."""
+
 
 @dataclass(frozen=True)
 class Workload:

@@ -41,8 +41,6 @@ from kvcargo.workload.stream import Workload
 TIME_UNITS = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 """Units of numeric arrival times: how many make a second (times are divided, exactly rounded)."""
 
-BLOCK_TOKENS = 512
-"""Tokens per prompt block of a Mooncake trace's ``hash_ids``."""
 
 
 @dataclass(frozen=True)
