@@ -77,7 +77,8 @@ class CalibratedPool:
         if self.head_dim not in measured:
             raise KvcargoError(f"no measured attention kernels for head size {self.head_dim} ({self.model.key}) "
                                f"in the {self.device.key} tables; measured: {', '.join(map(str, measured))} "
-                               "(--cost-model calibrated needs them: use --cost-model roofline or another device)")
+                               "(--cost-model calibrated needs them: use --cost-model roofline or another device)",
+                               field="model")
 
     @property
     def heads(self) -> int:

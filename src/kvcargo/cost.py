@@ -461,8 +461,7 @@ def require_fit(model: Model, pool: Pool, role: str, w_res: float | None = None)
         raise KvcargoError(
             f"{model.name} does not fit the {role} pool ({pool.n}x {pool.device.key}, "
             f"{pool.memory / 1e9:g} GB): its weights need at least {math.ceil(need)} devices "
-            "per instance"
-        )
+            "per instance", field="devices_per_instance", pool=role)
     return cap
 
 

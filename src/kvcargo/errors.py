@@ -10,7 +10,17 @@ from collections.abc import Iterable
 
 
 class KvcargoError(ValueError):
-    """Bad input: an unknown key, an impossible configuration, a malformed file."""
+    """Bad input: an unknown key, an impossible configuration, a malformed file.
+
+    ``field`` names the configuration parameter a user should change when the message names no
+    flag (the web page marks it); ``pool`` ("prefill", "decode", ...) says which pool's own
+    parameter (``prefill_<field>``) it is when the configuration sets one.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, pool: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.pool = pool
 
 
 SHOWN_CHARS = 60

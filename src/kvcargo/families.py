@@ -97,7 +97,8 @@ def check_levers(res: Resolved) -> None:
                            f"not {m.key!r} or an optical transform engine")
     if (c.scheduled or c.turns > 1 or c.workload is not None) and (fft or is_ced or any(engines)):
         raise KvcargoError(f"the serving levers and sessions are modelled for attention models on electronic devices "
-                           f"only, not {m.key!r} or an optical transform engine")
+                           f"only, not {m.key!r} or an optical transform engine",
+                           field="model" if fft or is_ced else "device")
     if ced.replay_on_decode(m) and res.colocated:
         raise KvcargoError("--ced-replay-on decode splits prefill across the two pools: it needs --mode disagg")
     if fft or is_ced:

@@ -38,4 +38,4 @@ def require_units(device: Device, compute: str, role: str) -> None:
     """A non-BF16 compute format needs native units of that format on the pool's device."""
     if compute != "bf16" and compute not in device.lowp_speedup:
         raise KvcargoError(f"{role} pool: {device.name} has no {compute} units "
-                           f"(use compute_format='bf16' for weight-only {compute})")
+                           f"(use compute_format='bf16' for weight-only {compute})", field="compute_format")

@@ -105,7 +105,7 @@ class KernelTables:
         same_hd = cfgs[:, 2] == head_dim
         if not same_hd.any():
             raise KvcargoError(f"no measured attention kernels for head size {head_dim}; measured: "
-                               f"{', '.join(str(h) for h in sorted(set(cfgs[:, 2].tolist())))}")
+                               f"{', '.join(str(h) for h in sorted(set(cfgs[:, 2].tolist())))}", field="model")
         # The nearest measured KV-head count, then query heads bracketing ours (linear in heads).
         kvs = np.unique(cfgs[same_hd, 1])
         kv = kvs[np.argmin(np.abs(np.log(kvs / kv_heads)))]
@@ -181,7 +181,8 @@ def load(device: str, path: str | None = None) -> KernelTables:
     if path is None:
         if device not in BUILTIN:
             raise KvcargoError(f"the calibrated cost model has measured kernel tables for {', '.join(BUILTIN)}, "
-                               f"not {device!r} (give the device a kernel_tables file in a --catalog overlay)")
+                               f"not {device!r} (give the device a kernel_tables file in a --catalog overlay)",
+                               field="device")
         raw = builtin_arrays(device)
     else:
         if not Path(path).is_file():

@@ -72,16 +72,19 @@ class Layout:
         where = f"{role} pool"
         if self.tp * self.pp != pool.n:
             raise KvcargoError(f"{where}: parallel tp={self.tp} x pp={self.pp} needs {self.tp * self.pp} devices "
-                               f"per instance (got {pool.n})")
+                               f"per instance (got {pool.n})", field="devices_per_instance", pool=role)
         if self.ep not in (1, self.tp):
             raise KvcargoError(f"{where}: ep must be 1 (experts split by TP) or equal to tp={self.tp} "
-                               f"(whole experts per GPU), got {self.ep}")
+                               f"(whole experts per GPU), got {self.ep}", field="ep")
         if self.ep > 1 and not model.experts:
-            raise KvcargoError(f"{where}: expert parallelism needs a mixture-of-experts model ({model.name} is dense)")
+            raise KvcargoError(f"{where}: expert parallelism needs a mixture-of-experts model ({model.name} is dense)",
+                               field="ep")
         if model.layers % self.pp:
-            raise KvcargoError(f"{where}: {model.name} has {model.layers} layers: not divisible into {self.pp} stages")
+            raise KvcargoError(f"{where}: {model.name} has {model.layers} layers: not divisible into {self.pp} stages",
+                               field="pp", pool=role)
         if self.pp > 1 and model.dense_layers:
-            raise KvcargoError(f"{where}: pipeline stages of a model with leading dense layers are not modelled")
+            raise KvcargoError(f"{where}: pipeline stages of a model with leading dense layers are not modelled",
+                               field="pp", pool=role)
 
 
 def stage_pool(pool: Pool, tp: int) -> Pool:
@@ -183,7 +186,8 @@ def stage_capacity(model: Model, device: Device, tp: int, pp: int, role: str,
         if resident / tp > room:
             raise KvcargoError(
                 f"{role} pool: {model.name} does not fit: {resident / tp / 1e9:.1f} GB of weights per GPU in "
-                f"stage {stage} of {tp} x {pp} {device.key} ({room / 1e9:.1f} GB usable)")
+                f"stage {stage} of {tp} x {pp} {device.key} ({room / 1e9:.1f} GB usable)",
+                field="devices_per_instance", pool=role)
         tokens = int((room * tp - resident) // unit)
         best = tokens if best is None else min(best, tokens)
     assert best is not None

@@ -121,4 +121,4 @@ def check_model(res: Resolved) -> None:
     m = res.model
     if uses_scheduled_engine(res) and (m.experts or m.sliding_window is not None or m.kv_layout == "mla"):
         raise KvcargoError(f"the serving levers and sessions are modelled for dense full-attention models; "
-                           f"{m.key} is not one")
+                           f"{m.key} is not one", field="model")

@@ -89,7 +89,7 @@ def make_draft(target: Model, key: str, cat: Catalog, gamma: int | None, alpha: 
         model = cat.model(key).model_copy(update=fmt)
         if model.vocab != target.vocab:
             raise KvcargoError(f"draft {key} has a {model.vocab}-token vocabulary, the target {target.vocab}: "
-                               "speculative decoding needs the same one")
+                               "speculative decoding needs the same one", field="speculative")
         resident = shape(model).w_res
     return Draft(model, resident, DEFAULT_GAMMA if gamma is None else gamma,
                  DEFAULT_ALPHA if alpha is None else alpha, DEFAULT_SEED if seed is None else seed)

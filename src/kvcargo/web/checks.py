@@ -11,13 +11,13 @@ replaced after a time limit, and none of that may turn a typo into a 500. Two la
   the configuration on a short prefix of its request stream: milliseconds at any request count.
 
 An error whose message names no flag (a model that does not fit a pool, a draft of another
-vocabulary) gets the parameter to change from :func:`with_field`, so the page can mark it too.
+vocabulary) carries the parameter to change (``KvcargoError.field``, set where it is raised);
+:func:`with_field` resolves it to the pool's own parameter where the configuration sets one.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from kvcargo import catalog as catalog_mod
@@ -60,46 +60,13 @@ def check_run(config: SimConfig) -> None:
         raise with_field(exc, config) from None
 
 
-class FieldError(KvcargoError):
-    """Bad input whose message names no flag, with the parameter a user should change."""
-
-    def __init__(self, message: str, field: str) -> None:
-        super().__init__(message)
-        self.field = field
-
-
-def _pool(name: str) -> Callable[[SimConfig, re.Match[str]], str]:
-    """The pool's own parameter (``prefill_tp``) where the configuration sets it, else ``name``."""
-
-    def field(config: SimConfig, m: re.Match[str]) -> str:
-        own = f"{m.group(1)}_{name}"
-        return own if own in SimConfig.model_fields and getattr(config, own) is not None else name
-
-    return field
-
-
-FLAGLESS_ERRORS: tuple[tuple[re.Pattern[str], Callable[[SimConfig, re.Match[str]], str]], ...] = (
-    (re.compile(r"does not fit the (\w+) pool"), _pool("devices_per_instance")),
-    (re.compile(r"^(\w+) pool: .* does not fit:"), _pool("devices_per_instance")),
-    (re.compile(r"^(\w+) pool: parallel tp=\d+ x pp=\d+ needs"), _pool("devices_per_instance")),
-    (re.compile(r"^(\w+) pool: (.* not divisible into \d+ stages|pipeline stages )"), _pool("pp")),
-    (re.compile(r"^(\w+) pool: (ep must be|expert parallelism)"), lambda c, m: "ep"),
-    (re.compile(r"^(\w+) pool: .* has no \w+ units"), lambda c, m: "compute_format"),
-    (re.compile(r"^draft \S+ has a \d+-token vocabulary"), lambda c, m: "speculative"),
-    (re.compile(r"^the serving levers and sessions are modelled for"),
-     lambda c, m: "model" if repr(c.model) in m.string or f" {c.model} " in m.string else "device"),
-    (re.compile(r"^the calibrated cost model has measured kernel tables for"), lambda c, m: "device"),
-    (re.compile(r"^no measured attention kernels for head size"), lambda c, m: "model"),
-)
-"""Errors that name no flag the web API takes, and the parameter each one asks a user to change."""
-
-
 def with_field(exc: KvcargoError, config: SimConfig) -> KvcargoError:
-    """``exc`` as a :class:`FieldError` when it is one of :data:`FLAGLESS_ERRORS` (the pool's
-    devices per instance for a model that does not fit, the draft for a vocabulary mismatch),
-    else ``exc`` itself."""
-    message = str(exc)
-    for pattern, field in FLAGLESS_ERRORS:
-        if m := pattern.search(message):
-            return FieldError(message, field(config, m))
+    """``exc`` with the parameter a user should change resolved against ``config``: the pool's own
+    parameter (``prefill_devices_per_instance``) where the error concerns one pool and the
+    configuration sets that pool's value, else the shared one (``devices_per_instance``)."""
+    if exc.field is not None and exc.pool is not None:
+        own = f"{exc.pool}_{exc.field}"
+        if own in SimConfig.model_fields and getattr(config, own) is not None:
+            exc.field = own
+        exc.pool = None
     return exc

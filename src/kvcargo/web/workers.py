@@ -71,7 +71,7 @@ def _serve(conn: Connection) -> None:
         try:
             conn.send(("ok", run_simulation(**job)))
         except KvcargoError as exc:
-            conn.send(("invalid", str(exc)))
+            conn.send(("invalid", (str(exc), exc.field, exc.pool)))
         except Exception as exc:  # reported to the client as a 500, the worker lives on
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
@@ -182,7 +182,8 @@ class SimPool:
             raise WorkerFailed(f"the simulation worker died after {time.perf_counter() - t0:.1f} s "
                                "(out of memory?)") from None
         if status == "invalid":
-            raise KvcargoError(value)
+            message, field, pool = value
+            raise KvcargoError(message, field=field, pool=pool)
         if status == "error":
             raise WorkerFailed(value)
         return value
