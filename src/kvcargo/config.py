@@ -29,6 +29,8 @@ from kvcargo.params import (
     Positive,
     attribute_docstrings,
     build,
+    layer_groups_error,
+    transit_option_error,
 )
 from kvcargo.transfer import Compression
 from kvcargo.workload import LengthDist, Workload, generate
@@ -225,9 +227,8 @@ class SimConfig(BaseModel):
         spec_only = [f for f in ("gamma", "alpha", "spec_seed") if getattr(self, f) is not None]
         if spec_only and self.speculative is None:
             raise ValueError(f"--{spec_only[0].replace('_', '-')} applies only to --speculative")
-        transit = [f for f in ("transit_ops_per_byte", "transit_pj_per_bit") if getattr(self, f) is not None]
-        if transit and (self.kv_compress is None or self.kv_compress_at != "transit"):
-            raise ValueError(f"--{transit[0].replace('_', '-')} applies only to --kv-compress in transit")
+        if error := transit_option_error(self):
+            raise ValueError(error)
         layout = [f for f in ("tp", "pp", "ep", "microbatches") if getattr(self, f) is not None]
         pool_layout = [f for f in ("prefill_tp", "prefill_pp", "decode_tp", "decode_pp") if getattr(self, f) is not None]
         if pool_layout and self.mode == "colocated":
@@ -368,8 +369,8 @@ class SimConfig(BaseModel):
         if self.mode == "colocated" and self.handoff_features:
             *most, last = (f"--{f.replace('_', '-')}" for f in HANDOFF_FEATURES)
             raise ValueError(f"{', '.join(most)} and {last} shape the hand-off: they need --mode disagg")
-        if self.layer_groups is not None and self.send != "layerwise":
-            raise ValueError("--layer-groups applies only to --send layerwise")
+        if error := layer_groups_error(self):
+            raise ValueError(error)
         return self
 
     @classmethod

@@ -27,7 +27,7 @@ from kvcargo.errors import KvcargoError
 from kvcargo.formats import is_default, require_units, with_formats
 from kvcargo.limits import check_ranges, max_step_tokens, step_token_error
 from kvcargo.linkmodel import link_transfers
-from kvcargo.params import HandoffConfig
+from kvcargo.params import HandoffConfig, layer_groups_error, transit_option_error
 from kvcargo.speculative import draft_prefill_time, make_draft
 from kvcargo.stepcost import ATTENTION, step_class
 from kvcargo.stepcost import prefill_step as class_prefill_step
@@ -216,10 +216,9 @@ def calculate_config(config: HandoffConfig, cat: Catalog | None = None) -> tuple
     if c.kv_compress is None and (c.kv_keep is not None or c.kv_ratio is not None):
         raise KvcargoError(f"--kv-{'keep' if c.kv_keep is not None else 'ratio'} needs a codec: add --kv-compress "
                            f"{'freq-keep-k' if c.kv_keep is not None else 'ratio'}")
-    if c.transit_ops_per_byte is not None and (c.kv_compress is None or c.kv_compress_at != "transit"):
-        raise KvcargoError("--transit-ops-per-byte applies only to --kv-compress in transit")
-    if c.layer_groups is not None and c.send != "layerwise":
-        raise KvcargoError("--layer-groups applies only to --send layerwise")
+    for error in (transit_option_error(c), layer_groups_error(c)):
+        if error:
+            raise KvcargoError(error)
     check_ranges({"kv_keep": c.kv_keep, "kv_ratio": c.kv_ratio, "devices_per_instance": c.devices_per_instance,
                   "layer_groups": c.layer_groups, "link_channels": c.link_channels})
     weight_format, kv_format, compute_format = (f or "bf16" for f in (c.weight_format, c.kv_format, c.compute_format))

@@ -128,6 +128,22 @@ class HandoffConfig(BaseModel):
         return build(cls, values)
 
 
+def transit_option_error(config: Any) -> str | None:
+    """The in-transit codec stage's own options (a simulator or calculator configuration) given
+    without a codec in transit: the error, else None."""
+    given = [f for f in ("transit_ops_per_byte", "transit_pj_per_bit") if getattr(config, f, None) is not None]
+    if given and (config.kv_compress is None or config.kv_compress_at != "transit"):
+        return f"--{given[0].replace('_', '-')} applies only to --kv-compress in transit"
+    return None
+
+
+def layer_groups_error(config: Any) -> str | None:
+    """``layer_groups`` given without layer-wise sending: the error, else None."""
+    if config.layer_groups is not None and config.send != "layerwise":
+        return "--layer-groups applies only to --send layerwise"
+    return None
+
+
 SERVER_ONLY = ("catalog", "workload_file")
 """Fields that name files on the server: not accepted from a web client."""
 
