@@ -112,7 +112,7 @@ def run_events(st, pr):
     while st.i[I_NEV] > 0 and st.i[I_STOP] == 0:
         if log_full(st):
             return LOG_FULL
-        if 2 * st.i[I_NEV] + 64 > st.evt.shape[0]:
+        if 2 * st.i[I_NEV] + 64 > st.evt.shape[1]:
             return EVENTS_FULL
         t, kind, idx = pop_event(st)
         st.f[F_NOW] = t
