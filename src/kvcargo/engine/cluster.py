@@ -305,9 +305,10 @@ def run(res: Resolved) -> EngineOutput:
     n = len(params.rf)
     n_slots = res.n_decode if res.colocated else res.n_prefill
     channels = params.pf[:, S.PF_CHANNELS].astype(np.int64)
-    # A first guess at the number of decode steps (output tokens / 32); the engine pauses when
-    # its log is full and resumes with a larger one.
-    guess = max(1024, int(params.ri[:, S.OUTPUT].sum() // 32))
+    # Room for a decode step per 8 output tokens (batches of 8 or more). The log is zeroed memory:
+    # pages are committed only as steps are written, so room costs nothing until used, while a
+    # full log makes the engine pause, copy the log into one twice as large and resume.
+    guess = max(1024, int(params.ri[:, S.OUTPUT].sum() // 8))
     st = new_state(n, n_slots, res.n_decode, res.n_prefill + res.n_decode, res.config.max_batch, channels,
                    int(params.ints[S.P_GROUPS]), bool(params.ints[S.P_FAIR]), log_capacity=guess,
                    n_blocks=int(params.blocks.max()) + 1 if params.ints[S.P_PREFIX] else 0,

@@ -132,8 +132,6 @@ def decode_admit(st, pr, d):
     """Admit from the queue head while the batch has room and the KV fits (strict FIFO; with
     ``--kv-reserve at-transfer`` the KV was reserved before the transfer)."""
     head = st.d[d, D_HEAD]
-    if head < 0:  # most step boundaries: nothing waits
-        return
     reserved = pr.ints[P_RESERVE]
     n, _, units, rest = take_batch(st, pr, head, pr.ints[P_MAXBATCH] - st.d[d, D_RUNNING], UNLIMITED, UNLIMITED,
                                    st.d[d, D_KV_USED], pr.ints[P_KVCAP], not reserved)
@@ -213,7 +211,8 @@ def _replayed(st, d, batch):
 @kernel(inline=True)
 def decode_begin(st, pr, d):
     """At a step boundary: admit, then start a step (returns its end) or sleep (returns -1)."""
-    decode_admit(st, pr, d)
+    if st.d[d, D_HEAD] >= 0:  # most step boundaries find nobody waiting: no call (see run_instance)
+        decode_admit(st, pr, d)
     if st.d[d, D_RUNNING] == 0:
         st.d[d, D_STATE] = IDLE
         return -1.0

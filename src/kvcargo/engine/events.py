@@ -8,8 +8,6 @@ released link channel granted to the next transfer) resolve in the same order.
 
 from __future__ import annotations
 
-import math
-
 from kvcargo._jit import kernel
 from kvcargo.engine.heap import A, B, heap_pop, heap_push
 from kvcargo.engine.kernels import elementwise_pass
@@ -71,14 +69,6 @@ def wake(st, table, row, col, kind):
     if table[row, col] == IDLE:
         table[row, col] = WAKING
         schedule(st, st.f[F_NOW], kind, row)
-
-
-@kernel(inline=True)
-def next_event_time(st):
-    """Time of the earliest pending event (infinity when none)."""
-    if st.i[I_NEV] == 0:
-        return math.inf
-    return st.evt[0, 0]
 
 
 @kernel(inline=True)
