@@ -93,15 +93,16 @@ class EngineOutput:
     first_step: np.ndarray
     """Per request: ordinal of its first decode step on its decode instance."""
     stats: np.ndarray
-    """Per instance (prefill first): busy s, FLOPs, bytes, compute J, memory J, steps."""
+    """Per instance (prefill first), the columns of :class:`InstanceTotals`; read them by name
+    through :attr:`totals`."""
     engine_stats: np.ndarray
-    """Per instance: its optical transform engine's conversion J, FLOPs and engine-bound seconds."""
+    """Per instance, the columns of :class:`EngineTotals` (:attr:`engine_totals`)."""
     prefill_done: np.ndarray
     """When each prefill step ended, where the first token comes from the decode side (CED
     replay there); NaN otherwise (the prefill ends with the first token)."""
     kv_held: np.ndarray
-    """Per prefill instance with ``--kv-reserve at-transfer``: KV tokens held, time integral and
-    peak."""
+    """Per prefill instance with ``--kv-reserve at-transfer``, the columns of :class:`KvHeld`
+    (:attr:`kv_held_totals`)."""
     send_fraction: np.ndarray
     """Share of each hand-off that crossed the network (below 1 with a decode prefix cache)."""
     want_memory: np.ndarray
