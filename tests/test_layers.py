@@ -128,3 +128,10 @@ def test_faces_import_only_downward(module: str) -> None:
             pytest.fail(f"{module} lies beneath the faces but imports {target}")
         if module.startswith("kvcargo.workload"):
             assert not target.startswith("kvcargo.report"), f"{module} renders through {target}"
+
+
+def test_the_engine_state_takes_part_in_no_cycle() -> None:
+    """The engine's tables are declared beneath everything that reads them (the compiled
+    containers included), even counting imports inside functions."""
+    low = {"kvcargo.engine.state", "kvcargo.engine.layout", "kvcargo.engine._structs"}
+    assert [c for c in _cycles(at_import_time=False) if c & low] == []

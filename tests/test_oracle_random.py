@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 
 from kvcargo.config import SimConfig, resolve
 from kvcargo.engine.cluster import EngineOutput, run
-from kvcargo.engine.state import S_BUSY, S_BYTES, S_EC, S_EM, S_STEPS
 from kvcargo.errors import KvcargoError
 from kvcargo.metrics import summarize
 
@@ -87,11 +86,11 @@ def assert_same_run(out: EngineOutput, ora: OracleResult) -> None:
         a, b = getattr(out, col), getattr(ora, col)
         ok = (a == b) | (np.isnan(a) & np.isnan(b))
         assert ok.all(), f"{col}: first differing request {int(np.argmin(ok))}: {a[~ok][0]!r} vs {b[~ok][0]!r}"
-    stats = out.stats.tolist()
-    assert [r[S_BUSY] for r in stats] == ora.busy_s
-    assert [r[S_EC] for r in stats] == ora.compute_j and [r[S_EM] for r in stats] == ora.memory_j
-    assert [r[S_BYTES] for r in stats] == ora.bytes
-    assert [int(r[S_STEPS]) for r in stats] == [i.steps for i in ora.instances]
+    totals = out.totals
+    assert totals.busy_s.tolist() == ora.busy_s
+    assert totals.compute_j.tolist() == ora.compute_j and totals.memory_j.tolist() == ora.memory_j
+    assert totals.bytes.tolist() == ora.bytes
+    assert [int(s) for s in totals.steps.tolist()] == [i.steps for i in ora.instances]
     got, want = summarize(out), oracle_summary(ora, out.resolved.config.ttft_slo, out.resolved.config.tpot_slo)
     assert set(got) - set(want) <= LEVER_KEYS
     bad = {k: (got[k], v) for k, v in want.items() if k != "instances" and not _equal(got[k], v)}

@@ -20,7 +20,7 @@ from kvcargo._jit import kernel
 from kvcargo.ced import replay_on_decode
 from kvcargo.cost import silicon_cost_usd
 from kvcargo.engine.cluster import EngineOutput
-from kvcargo.engine.state import DONE, REJECTED, S_BUSY, S_BYTES, S_EC, S_EM, S_FLOPS, S_STEPS
+from kvcargo.engine.state import DONE, REJECTED
 from kvcargo.families import family_levers
 from kvcargo.lever_metrics import lever_summary
 from kvcargo.optical import die_areas, static_w
@@ -309,15 +309,15 @@ def _energy(out: EngineOutput, out_tokens: int) -> dict[str, float]:
     instances in creation order of static ``(idle·n)·H``, compute J and memory J, then
     ``((static + compute) + memory) + link`` (+ in-transit)."""
     H = out.horizon
-    stats = out.stats.tolist()
+    totals = out.totals
     static = sum(pool.idle_w * H for _, pool in _pools(out))
-    compute = sum(row[S_EC] for row in stats)
-    memory = sum(row[S_EM] for row in stats)
+    compute = sum(totals.compute_j.tolist())
+    memory = sum(totals.memory_j.tolist())
     scale_up = sum(row[1] for row in out.lever_stats)  # TP/PP/EP traffic inside instances
     optical: dict[str, float] = {}
     total = static + compute + memory + out.link_j
     if any(pool.device.ft_engine for _, pool in _pools(out)):  # levers-mixers §3.5, in that order
-        o_static, o_conv = sum(_engine_static_j(out)), sum(out.engine_stats[:, 0].tolist())
+        o_static, o_conv = sum(_engine_static_j(out)), sum(out.engine_totals.conversion_j.tolist())
         total = total + o_static + o_conv
         optical = {"energy_optical_static_j": o_static, "energy_conversions_j": o_conv}
     total = total + out.transit_j
@@ -354,9 +354,11 @@ def _instances(out: EngineOutput) -> list[dict[str, Any]]:
     step_rows = np.bincount(out.step_inst[:, 0], minlength=len(pools) - n_pre).tolist()
     batch_sum = np.bincount(out.step_inst[:, 0], weights=out.step_inst[:, 1],
                             minlength=len(pools) - n_pre).tolist()
+    totals, kv_held = out.totals, out.kv_held_totals  # named per-instance columns of the record
     for i, (name, pool) in enumerate(pools):
-        row = out.stats[i]
-        steps = int(row[S_STEPS])
+        busy, flops, nbytes, e_c, e_m = (totals.busy_s[i], totals.flops[i], totals.bytes[i], totals.compute_j[i],
+                                         totals.memory_j[i])
+        steps = int(totals.steps[i])
         if i < n_pre:  # a prefill instance (none when colocated)
             mean_batch = served[i] / steps if steps else 0.0
         else:
@@ -364,22 +366,22 @@ def _instances(out: EngineOutput) -> list[dict[str, Any]]:
             mean_batch = batch_sum[i - n_pre] / k if k else 0.0
         rows.append({
             "name": name, "device": pool.device.key, "devices": pool.n, "steps": steps,
-            "busy": row[S_BUSY] / H if H > 0 else math.nan,
-            "mfu": row[S_FLOPS] / (H * pool.device.peak_flops * pool.n) if H > 0 else math.nan,
-            "mbu": row[S_BYTES] / (H * pool.device.hbm_bw * pool.n) if H > 0 else math.nan,
+            "busy": busy / H if H > 0 else math.nan,
+            "mfu": flops / (H * pool.device.peak_flops * pool.n) if H > 0 else math.nan,
+            "mbu": nbytes / (H * pool.device.hbm_bw * pool.n) if H > 0 else math.nan,
             "mean_batch": mean_batch,
-            "avg_power_w": pool.idle_w + (row[S_EC] + row[S_EM]) / H if H > 0 else math.nan,
+            "avg_power_w": pool.idle_w + (e_c + e_m) / H if H > 0 else math.nan,
         })
         if engines:  # levers-mixers §3.5
-            conv, opt_flops, opt_busy = out.engine_stats[i].tolist()
+            conv, opt_flops, opt_busy = (float(column[i]) for column in out.engine_totals)
             rows[-1] |= {
-                "optical_bound_frac": opt_busy / row[S_BUSY] if row[S_BUSY] > 0 else 0.0,
+                "optical_bound_frac": opt_busy / busy if busy > 0 else 0.0,
                 "optical_flops": opt_flops, "conversion_j": conv, "optical_static_j": engine_j[i],
-                "avg_power_w": (pool.idle_w * H + row[S_EC] + row[S_EM] + engine_j[i] + conv) / H if H > 0 else math.nan,
+                "avg_power_w": (pool.idle_w * H + e_c + e_m + engine_j[i] + conv) / H if H > 0 else math.nan,
             }
         if i < n_pre and out.resolved.config.kv_reserve == "at-transfer":
-            rows[-1]["kv_held_mean"] = float(out.kv_held[i, 0]) / H if H > 0 else math.nan
-            rows[-1]["kv_held_peak"] = float(out.kv_held[i, 1])
+            rows[-1]["kv_held_mean"] = float(kv_held.integral[i]) / H if H > 0 else math.nan
+            rows[-1]["kv_held_peak"] = float(kv_held.peak[i])
     return rows
 
 

@@ -8,10 +8,11 @@ only ever see numbers.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from kvcargo import stepcost
+from kvcargo import _jit, stepcost
 from kvcargo.calibrated import N_SCALARS, N_TABLES, tabulate
 from kvcargo.catalog import Link
 from kvcargo.ced import replay_on_decode
@@ -20,12 +21,52 @@ from kvcargo.cost import HF_OVERHEAD, kv_capacity, model_coefficients, shape
 from kvcargo.engine import aot
 from kvcargo.engine import state as S
 from kvcargo.engine.loop import run_events
-from kvcargo.engine.state import Params, by_reference, grown, new_state
+from kvcargo.engine.state import Params, State, grown, new_state
 from kvcargo.families import prefill_resident_bytes
 from kvcargo.linkmodel import effective, link_transfers
 from kvcargo.serving import uses_scheduled_engine
 from kvcargo.transfer import Transfers, endpoint_work
 from kvcargo.workload.stream import BLOCK_TOKENS
+
+
+class InstanceTotals(NamedTuple):
+    """Per instance (prefill instances first), what every engine totals: the columns of
+    ``EngineOutput.stats``, in this order."""
+
+    busy_s: np.ndarray
+    flops: np.ndarray
+    bytes: np.ndarray
+    compute_j: np.ndarray
+    memory_j: np.ndarray
+    steps: np.ndarray
+
+
+class EngineTotals(NamedTuple):
+    """Per instance, its optical transform engine's: the columns of ``EngineOutput.engine_stats``."""
+
+    conversion_j: np.ndarray
+    flops: np.ndarray
+    bound_s: np.ndarray
+    """Seconds of steps the engine bound."""
+
+
+class KvHeld(NamedTuple):
+    """Per prefill instance, KV tokens held: the columns of ``EngineOutput.kv_held``."""
+
+    integral: np.ndarray
+    """Token-seconds."""
+    peak: np.ndarray
+
+
+RECORD_STATS = S.STATS.span("S_BUSY", "S_STEPS")
+RECORD_ENGINE = S.STATS.span("S_EO", "S_OPT_BUSY")
+RECORD_KV_HELD = S.STATS.span("S_KV_INT", "S_KV_PEAK")
+RECORD_LEVERS = S.STATS.span("S_COMM", "S_GAINED")
+"""The engine's ``State.stats`` columns behind the record's per-instance tables (in their order)."""
+RECORD_INTS = S.REQUESTS.names[S.REQUESTS.span("STATUS", "FIRST_STEP")]
+"""The per-request integers the record keeps (as the timestamps, under their lower-case names)."""
+assert [len(S.STATS.names[cols]) for cols in (RECORD_STATS, RECORD_ENGINE, RECORD_KV_HELD)] == [
+    len(InstanceTotals._fields), len(EngineTotals._fields), len(KvHeld._fields)]
 
 
 @dataclass(frozen=True)
@@ -52,15 +93,16 @@ class EngineOutput:
     first_step: np.ndarray
     """Per request: ordinal of its first decode step on its decode instance."""
     stats: np.ndarray
-    """Per instance (prefill first): busy s, FLOPs, bytes, compute J, memory J, steps."""
+    """Per instance (prefill first), the columns of :class:`InstanceTotals`; read them by name
+    through :attr:`totals`."""
     engine_stats: np.ndarray
-    """Per instance: its optical transform engine's conversion J, FLOPs and engine-bound seconds."""
+    """Per instance, the columns of :class:`EngineTotals` (:attr:`engine_totals`)."""
     prefill_done: np.ndarray
     """When each prefill step ended, where the first token comes from the decode side (CED
     replay there); NaN otherwise (the prefill ends with the first token)."""
     kv_held: np.ndarray
-    """Per prefill instance with ``--kv-reserve at-transfer``: KV tokens held, time integral and
-    peak."""
+    """Per prefill instance with ``--kv-reserve at-transfer``, the columns of :class:`KvHeld`
+    (:attr:`kv_held_totals`)."""
     send_fraction: np.ndarray
     """Share of each hand-off that crossed the network (below 1 with a decode prefix cache)."""
     want_memory: np.ndarray
@@ -101,6 +143,18 @@ class EngineOutput:
     spans: list | None = None
     """Scheduled engine: (what, pool, instance, request, start, end) of every preemption."""
 
+    @property
+    def totals(self) -> InstanceTotals:
+        return InstanceTotals(*self.stats.T)
+
+    @property
+    def engine_totals(self) -> EngineTotals:
+        return EngineTotals(*self.engine_stats.T)
+
+    @property
+    def kv_held_totals(self) -> KvHeld:
+        return KvHeld(*self.kv_held.T)
+
 
 def _ports(res: Resolved) -> tuple[np.ndarray, np.ndarray]:
     """Per port: bandwidth of a channel, latency, channels (port 0 is the cluster link; then a
@@ -135,12 +189,12 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     if res.levers.draft is not None:  # the draft's prompt KV crosses as well
         kv_bytes = kv_bytes + prompt * res.levers.draft.kv_per_token
     groups = (c.layer_groups or res.model.layers) if c.send == "layerwise" else 1
-    rf = np.zeros((n, 6))
+    rf = S.REQUEST_FLOATS.new(n)
     rf[:, S.ARRIVAL_T] = w.arrival
     # the pull model: decode reserves before the transfer, prefill holds the prompt KV until it lands
     # (asked for, or the companion's scheduled pools under speculative decoding)
     pull = c.kv_reserve == "at-transfer" or (res.levers.draft is not None and not res.colocated)
-    rx = np.zeros((n if needs_extra_columns(c) or pull else 1, 8))
+    rx = S.REQUEST_EXTRA.new(n if needs_extra_columns(c) or pull else 1)
     endpoint = dec_cost = False
     kvb = res.model.kv_bytes
     if res.colocated:
@@ -165,15 +219,15 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
         if comp is not None and comp.codec.decode_ops_per_value > 0:
             dec_cost = True
             rx[:, S.DEC_OPS], rx[:, S.DEC_BYTES] = comp.decode_work(kv_bytes, xfer.wire_bytes, kvb)
-    ri = np.empty((n, 4), dtype=np.int64)
+    ri = S.REQUEST_INTS.new(n)
     ri[:, S.PROMPT] = prompt
     ri[:, S.OUTPUT] = w.output
     ri[:, S.QUAD] = prompt * (prompt + 1)
     ri[:, S.UNITS] = 1 if shape(res.model).state_bytes else prompt + ri[:, S.OUTPUT]
     mixed = stepcost.step_class(res.model) != stepcost.ATTENTION
-    rq = stepcost.request_terms(res.model, prompt) if mixed else np.zeros((1, 3), dtype=np.int64)
+    rq = stepcost.request_terms(res.model, prompt) if mixed else S.REQUEST_TERMS.new(1)
     pf, domain = _ports(res)
-    ints = np.zeros(S.P_INTS, dtype=np.int64)
+    ints = S.SWITCHES.new()
     ints[S.P_NPREFILL] = res.n_prefill
     ints[S.P_COLOCATED] = int(res.colocated)
     ints[S.P_BUDGET] = c.token_budget
@@ -231,6 +285,17 @@ def _dense_blocks(w) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untype
     return dense.astype(np.int64), np.ascontiguousarray(w.block_offsets, dtype=np.int64)
 
 
+def by_reference(obj: State | Params) -> object:
+    """What the engine is handed: the namedtuple itself in plain Python, a numba StructRef over
+    the same arrays when compiled just in time (see _structs.py; the ahead-of-time engine takes
+    the plain arrays)."""
+    if not _jit.compiled() or aot.in_use():
+        return obj
+    from kvcargo.engine._structs import by_reference as compiled
+
+    return compiled(obj)
+
+
 def run(res: Resolved) -> EngineOutput:
     """Simulate a resolved configuration."""
     if uses_scheduled_engine(res):
@@ -241,9 +306,10 @@ def run(res: Resolved) -> EngineOutput:
     n = len(params.rf)
     n_slots = res.n_decode if res.colocated else res.n_prefill
     channels = params.pf[:, S.PF_CHANNELS].astype(np.int64)
-    # A first guess at the number of decode steps (output tokens / 32); the engine pauses when
-    # its log is full and resumes with a larger one.
-    guess = max(1024, int(params.ri[:, S.OUTPUT].sum() // 32))
+    # Room for a decode step per 8 output tokens (batches of 8 or more). The log is zeroed memory:
+    # pages are committed only as steps are written, so room costs nothing until used, while a
+    # full log makes the engine pause, copy the log into one twice as large and resume.
+    guess = max(1024, int(params.ri[:, S.OUTPUT].sum() // 8))
     st = new_state(n, n_slots, res.n_decode, res.n_prefill + res.n_decode, res.config.max_batch, channels,
                    int(params.ints[S.P_GROUPS]), bool(params.ints[S.P_FAIR]), log_capacity=guess,
                    n_blocks=int(params.blocks.max()) + 1 if params.ints[S.P_PREFIX] else 0,
@@ -272,17 +338,16 @@ def run(res: Resolved) -> EngineOutput:
     return EngineOutput(
         resolved=res, arrival=np.asarray(w.arrival, dtype=np.float64),
         prompt=np.asarray(w.prompt, dtype=np.int64), output=np.asarray(w.output, dtype=np.int64),
-        prefill_start=t[:, S.PREFILL_START], first_token=t[:, S.FIRST_TOKEN], kv_start=t[:, S.KV_START],
-        kv_ready=t[:, S.KV_READY], decode_start=t[:, S.DECODE_START], finish=t[:, S.FINISH],
-        status=col(r, S.STATUS), prefill_inst=col(r, S.PREFILL_INST), decode_inst=col(r, S.DECODE_INST),
-        first_step=col(r, S.FIRST_STEP), stats=st.stats[:, : S.S_STEPS + 1].copy(),
-        engine_stats=st.stats[:, [S.S_EO, S.S_OPT_FLOPS, S.S_OPT_BUSY]], prefill_done=extra(S.PREFILL_END),
-        kv_held=st.stats[: res.n_prefill, [S.S_KV_INT, S.S_KV_PEAK]], want_memory=extra(S.WANT_MEMORY),
-        send_fraction=np.nan_to_num(extra(S.SEND_FRAC), nan=1.0), reserved=extra(S.RESERVED),
+        **{name.lower(): t[:, c] for name, c in S.TIMES.index.items()},
+        **{name.lower(): col(r, S.REQUESTS[name]) for name in RECORD_INTS},
+        stats=st.stats[:, RECORD_STATS].copy(), engine_stats=st.stats[:, RECORD_ENGINE].copy(),
+        kv_held=st.stats[: res.n_prefill, RECORD_KV_HELD].copy(), lever_stats=st.stats[:, RECORD_LEVERS].copy(),
+        prefill_done=extra(S.PREFILL_END), want_memory=extra(S.WANT_MEMORY), reserved=extra(S.RESERVED),
+        send_fraction=np.nan_to_num(extra(S.SEND_FRAC), nan=1.0),
         steps=st.logf[:k], step_inst=st.logi[:k],
         horizon=float(st.f[S.F_NOW]), transfers=int(st.i[S.I_XFERS]),
         port_busy=st.port_busy.copy(), port_channels=channels, link_busy_s=float(st.port_busy[0]),
         link_j=float(st.f[S.F_LINK_J]), transit_j=float(st.f[S.F_TRANSIT_J]), transit_bound=transit_bound,
-        wire_bytes=wire_bytes, lever_stats=st.stats[:, S.S_COMM:S.S_GAINED + 1].copy(),
+        wire_bytes=wire_bytes,
         verify_passes=col(st.spec, S.VERIFY) if len(st.spec) == n else np.zeros(n, dtype=np.int64),
     )

@@ -10,8 +10,10 @@ transfer. Queues, routing and decode steps are the decode instances' (:mod:`.dec
 from __future__ import annotations
 
 from kvcargo._jit import kernel
+from kvcargo.engine.batching import UNLIMITED, prefill_terms, take_batch
 from kvcargo.engine.decode import decode_step_begin, decode_step_end, join_batch
-from kvcargo.engine.events import charge_engine, charge_step, fifo_cut, finish_request
+from kvcargo.engine.events import book_step, charge_engine, finish_request
+from kvcargo.engine.lists import fifo_cut
 from kvcargo.engine.pricing import prefill_step_cost
 from kvcargo.engine.state import (
     BUSY,
@@ -32,13 +34,6 @@ from kvcargo.engine.state import (
     P_KVCAP,
     P_MAXBATCH,
     P_MIXED,
-    PREFILL_START,
-    PROMPT,
-    QNEXT,
-    QUAD,
-    RQ_FLOPS,
-    RQ_MASK,
-    RQ_TOKENS,
     UNITS,
 )
 
@@ -47,46 +42,26 @@ from kvcargo.engine.state import (
 def colocated_begin(st, pr, c):
     """At a step boundary: a prefill step if any prompt is admitted, else a decode step, else
     sleep. Returns the step's end time, or -1 when the instance sleeps."""
-    now = st.f[F_NOW]
-    r = st.d[c, D_HEAD]
-    cap = pr.ints[P_KVCAP]
-    budget = pr.ints[P_BUDGET]
-    max_batch = pr.ints[P_MAXBATCH]
-    tokens = 0
-    quad = 0
-    n = 0
-    xflops = 0
-    xtok = 0
-    xmask = 0
-    mixed = pr.ints[P_MIXED]
-    st.p[c, P_BATCH] = r
-    while r >= 0 and st.d[c, D_RUNNING] + n < max_batch and (n == 0 or tokens + pr.ri[r, PROMPT] <= budget):
-        need = pr.ri[r, UNITS]
-        if st.d[c, D_KV_USED] + need > cap:
-            break
-        st.d[c, D_KV_USED] += need
-        tokens += pr.ri[r, PROMPT]
-        quad += pr.ri[r, QUAD]
-        n += 1
-        if mixed:
-            xflops += pr.rq[r, RQ_FLOPS]
-            xtok += pr.rq[r, RQ_TOKENS]
-            xmask |= pr.rq[r, RQ_MASK]
-        st.t[r, PREFILL_START] = now
-        r = st.r[r, QNEXT]
+    head = st.d[c, D_HEAD]
+    n, tokens, units, rest = take_batch(st, pr, head, pr.ints[P_MAXBATCH] - st.d[c, D_RUNNING], pr.ints[P_BUDGET],
+                                        UNLIMITED, st.d[c, D_KV_USED], pr.ints[P_KVCAP], True)
     if n == 0:
         st.d[c, D_IS_PREFILL] = 0
         if st.d[c, D_RUNNING] == 0:
             st.d[c, D_STATE] = IDLE
             return -1.0
         return decode_step_begin(st, pr, c)
-    fifo_cut(st.d, c, D_HEAD, D_TAIL, r)
+    now = st.f[F_NOW]
+    quad, xflops, xtok, xmask, _, _ = prefill_terms(st, pr, head, n, now, False)
+    st.d[c, D_KV_USED] += units
+    st.p[c, P_BATCH] = head
+    fifo_cut(st.d, c, D_HEAD, D_TAIL, rest)
     st.d[c, D_QUEUED] -= n
     st.p[c, P_BATCH_N] = n
     dt, flops, nbytes, e_c, e_m, e_o, opt, engine_bound = prefill_step_cost(st, pr, 0, c, tokens, quad, n, xflops,
                                                                              xtok, xmask)
-    charge_step(st, c, dt, flops, nbytes, e_c, e_m)
-    if mixed:
+    book_step(st, c, now, dt, flops, nbytes, e_c, e_m)
+    if pr.ints[P_MIXED]:
         charge_engine(st, c, dt, e_o, opt, engine_bound)
     st.d[c, D_STATE] = BUSY
     st.d[c, D_IS_PREFILL] = 1
@@ -102,7 +77,7 @@ def colocated_end(st, pr, c):
     now = st.f[F_NOW]
     r = st.p[c, P_BATCH]
     for _ in range(st.p[c, P_BATCH_N]):
-        nxt = st.r[r, QNEXT]
+        nxt = st.qnext[r]
         st.t[r, FIRST_TOKEN] = now
         if pr.ri[r, OUTPUT] <= 1:
             st.d[c, D_KV_USED] -= pr.ri[r, UNITS]

@@ -11,9 +11,11 @@ step costs O(1) plus O(log n) per finishing request — never a loop over the ba
 from __future__ import annotations
 
 from kvcargo._jit import kernel
-from kvcargo.engine.events import charge_step, fifo_cut, fifo_push, finish_request, log_step, wake
-from kvcargo.engine.finheap import heap_pop, heap_push
-from kvcargo.engine.kernels import elementwise_pass, family_step_cost
+from kvcargo.engine.batching import UNLIMITED, take_batch
+from kvcargo.engine.events import book_step, finish_request, log_step, wake, with_pass
+from kvcargo.engine.heap import A, heap_pop, heap_push
+from kvcargo.engine.kernels import family_step_cost
+from kvcargo.engine.lists import fifo_cut, fifo_push
 from kvcargo.engine.pricing import decode_step_cost
 from kvcargo.engine.speculation import spec_join, spec_step_end
 from kvcargo.engine.state import (
@@ -52,7 +54,6 @@ from kvcargo.engine.state import (
     P_RESERVE,
     P_SPEC,
     PROMPT,
-    QNEXT,
     RQ_FLOPS,
     RQ_TOKENS,
     S_PEND_BYTES,
@@ -65,7 +66,7 @@ from kvcargo.engine.state import (
 @kernel
 def decode_submit(st, d, r):
     """Queue a request at instance ``d``, waking it if it sleeps."""
-    fifo_push(st, st.d, d, D_HEAD, D_TAIL, r)
+    fifo_push(st.qnext, st.d, d, D_HEAD, D_TAIL, r)
     st.d[d, D_QUEUED] += 1
     st.r[r, DECODE_INST] = d
     wake(st, st.d, d, D_STATE, DECODE_WAKE)
@@ -75,6 +76,24 @@ def decode_submit(st, d, r):
 def _stats_row(pr, d):
     """Instance ``d``'s row of ``State.stats`` (prefill instances come first)."""
     return pr.ints[P_NPREFILL] + d
+
+
+@kernel(inline=True)
+def _finishes_at(st, d, k, r):
+    """Request ``r`` gets its last token in step ``k`` of instance ``d``."""
+    n = st.d[d, D_FIN_N]
+    st.d[d, D_FIN_N] = n + 1
+    heap_push(st.fink, st.fini, d, n, float(k), r, r, 0)
+
+
+@kernel(inline=True)
+def _pop_finished(st, d):
+    """Remove and return the request of instance ``d`` that finishes first."""
+    n = st.d[d, D_FIN_N]
+    st.d[d, D_FIN_N] = n - 1
+    r = st.fini[d, 0, A]
+    heap_pop(st.fink, st.fini, d, n)
+    return r
 
 
 @kernel(inline=True)
@@ -100,32 +119,31 @@ def join_batch(st, pr, d, r):
         st.r[r, BNEXT] = st.d[d, D_REPLAY_HEAD]
         st.d[d, D_REPLAY_HEAD] = r
         st.r[r, FIRST_STEP] = k + 1
-        heap_push(st.fin, st.d, d, k + pr.ri[r, OUTPUT] - 1, r)
+        _finishes_at(st, d, k + pr.ri[r, OUTPUT] - 1, r)
         return
     st.d[d, D_CONTEXT] += pr.ri[r, PROMPT] + 1
     st.r[r, FIRST_STEP] = k
     if not pr.ints[P_SPEC]:
-        heap_push(st.fin, st.d, d, k + pr.ri[r, OUTPUT] - 2, r)
+        _finishes_at(st, d, k + pr.ri[r, OUTPUT] - 2, r)
 
 
 @kernel(inline=True)
 def decode_admit(st, pr, d):
     """Admit from the queue head while the batch has room and the KV fits (strict FIFO; with
     ``--kv-reserve at-transfer`` the KV was reserved before the transfer)."""
-    r = st.d[d, D_HEAD]
-    cap = pr.ints[P_KVCAP]
-    max_batch = pr.ints[P_MAXBATCH]
+    head = st.d[d, D_HEAD]
     reserved = pr.ints[P_RESERVE]
-    while r >= 0 and st.d[d, D_RUNNING] < max_batch:
-        need = pr.ri[r, UNITS]
-        if not reserved:
-            if st.d[d, D_KV_USED] + need > cap:
-                break
-            st.d[d, D_KV_USED] += need
-        st.d[d, D_QUEUED] -= 1
+    n, _, units, rest = take_batch(st, pr, head, pr.ints[P_MAXBATCH] - st.d[d, D_RUNNING], UNLIMITED, UNLIMITED,
+                                   st.d[d, D_KV_USED], pr.ints[P_KVCAP], not reserved)
+    if not reserved:
+        st.d[d, D_KV_USED] += units
+    st.d[d, D_QUEUED] -= n
+    r = head
+    for _ in range(n):
+        nxt = st.qnext[r]
         join_batch(st, pr, d, r)
-        r = st.r[r, QNEXT]
-    fifo_cut(st.d, d, D_HEAD, D_TAIL, r)
+        r = nxt
+    fifo_cut(st.d, d, D_HEAD, D_TAIL, rest)
 
 
 @kernel(inline=True)
@@ -141,14 +159,11 @@ def decode_step_begin(st, pr, d):
     else:
         dt, flops, nbytes, e_c, e_m = decode_step_cost(st, pr, 1, row, batch, st.d[d, D_CONTEXT])
     if pr.ints[P_DECCOST] and st.stats[row, S_PEND_OPS] + st.stats[row, S_PEND_BYTES] > 0.0:
-        x_t, x_c, x_m = elementwise_pass(pr.hf[1], st.stats[row, S_PEND_OPS], st.stats[row, S_PEND_BYTES])
-        dt, e_c, e_m = dt + x_t, e_c + x_c, e_m + x_m
-        flops += st.stats[row, S_PEND_OPS]
-        nbytes += st.stats[row, S_PEND_BYTES]
+        dt, flops, nbytes, e_c, e_m = with_pass(pr, 1, dt, flops, nbytes, e_c, e_m, st.stats[row, S_PEND_OPS],
+                                                st.stats[row, S_PEND_BYTES])
         st.stats[row, S_PEND_OPS] = 0.0
         st.stats[row, S_PEND_BYTES] = 0.0
-    charge_step(st, row, dt, flops, nbytes, e_c, e_m)
-    st.stats[row, S_STEP_START] = now
+    book_step(st, row, now, dt, flops, nbytes, e_c, e_m)
     st.d[d, D_STATE] = BUSY
     return now + dt
 
@@ -167,8 +182,8 @@ def decode_step_end(st, pr, d):
         _replayed(st, d, batch)
     else:
         st.d[d, D_CONTEXT] += batch
-    while st.d[d, D_FIN_N] > 0 and st.fin[d, 0, 0] == k:
-        r = heap_pop(st.fin, st.d, d)
+    while st.d[d, D_FIN_N] > 0 and st.fink[d, 0] == k:
+        r = _pop_finished(st, d)
         st.d[d, D_RUNNING] -= 1
         st.d[d, D_CONTEXT] -= pr.ri[r, PROMPT] + pr.ri[r, OUTPUT]
         st.d[d, D_KV_USED] -= pr.ri[r, UNITS]
@@ -196,7 +211,8 @@ def _replayed(st, d, batch):
 @kernel(inline=True)
 def decode_begin(st, pr, d):
     """At a step boundary: admit, then start a step (returns its end) or sleep (returns -1)."""
-    decode_admit(st, pr, d)
+    if st.d[d, D_HEAD] >= 0:  # most step boundaries find nobody waiting: no call (see run_instance)
+        decode_admit(st, pr, d)
     if st.d[d, D_RUNNING] == 0:
         st.d[d, D_STATE] = IDLE
         return -1.0

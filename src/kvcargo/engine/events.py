@@ -1,21 +1,18 @@
-"""Primitives every handler uses: the event heap, settling requests, logging steps.
+"""What every handler does: schedule events, settle requests, log and charge steps.
 
-Pending events live in a binary heap of plain arrays ordered by (time, sequence). Ties at the
-same time are broken by the order events were scheduled, exactly as SimPy does for the
-reference simulator, so zero-delay chains (a submit waking an idle instance, a released link
-channel granted to the next transfer) resolve in the same order.
+Pending events are heap 0 of ``State.evt``/``State.evi`` (:mod:`.heap`), ordered by (time,
+sequence). Ties at the same time are broken by the order events were scheduled, exactly as SimPy
+does for the reference simulator, so zero-delay chains (a submit waking an idle instance, a
+released link channel granted to the next transfer) resolve in the same order.
 """
 
 from __future__ import annotations
 
-import math
-
 from kvcargo._jit import kernel
+from kvcargo.engine.heap import A, B, heap_pop, heap_push
+from kvcargo.engine.kernels import elementwise_pass
 from kvcargo.engine.state import (
     DONE,
-    EV_IDX,
-    EV_KIND,
-    EV_SEQ,
     F_NOW,
     FINISH,
     I_DONE,
@@ -25,7 +22,10 @@ from kvcargo.engine.state import (
     I_SEQ,
     I_STOP,
     IDLE,
-    QNEXT,
+    LOG_BATCH,
+    LOG_END,
+    LOG_INST,
+    LOG_START,
     REJECTED,
     S_BUSY,
     S_BYTES,
@@ -35,6 +35,7 @@ from kvcargo.engine.state import (
     S_FLOPS,
     S_OPT_BUSY,
     S_OPT_FLOPS,
+    S_STEP_START,
     S_STEPS,
     STATUS,
     WAKING,
@@ -42,54 +43,22 @@ from kvcargo.engine.state import (
 
 
 @kernel(inline=True)
-def _earlier(st, a, t, seq):
-    """Whether event slot ``a`` orders before an event (t, seq)."""
-    return st.evt[a] < t or (st.evt[a] == t and st.evi[a, EV_SEQ] < seq)
-
-
-@kernel(inline=True)
-def _put(st, slot, t, seq, kind, idx):
-    st.evt[slot] = t
-    st.evi[slot, EV_SEQ] = seq
-    st.evi[slot, EV_KIND] = kind
-    st.evi[slot, EV_IDX] = idx
-
-
-@kernel(inline=True)
 def schedule(st, t, kind, idx):
     """Put an event on the heap; later-scheduled events at the same time run later."""
     seq = st.i[I_SEQ]
     st.i[I_SEQ] = seq + 1
-    i = st.i[I_NEV]
-    st.i[I_NEV] = i + 1
-    while i > 0:
-        parent = (i - 1) >> 1
-        if _earlier(st, parent, t, seq):
-            break
-        _put(st, i, st.evt[parent], st.evi[parent, EV_SEQ], st.evi[parent, EV_KIND], st.evi[parent, EV_IDX])
-        i = parent
-    _put(st, i, t, seq, kind, idx)
+    n = st.i[I_NEV]
+    st.i[I_NEV] = n + 1
+    heap_push(st.evt, st.evi, 0, n, t, seq, kind, idx)
 
 
 @kernel(inline=True)
 def pop_event(st):
     """Remove the earliest event; returns its (time, kind, index)."""
-    t, kind, idx = st.evt[0], st.evi[0, EV_KIND], st.evi[0, EV_IDX]
-    n = st.i[I_NEV] - 1
-    st.i[I_NEV] = n
-    lt, lseq, lkind, lidx = st.evt[n], st.evi[n, EV_SEQ], st.evi[n, EV_KIND], st.evi[n, EV_IDX]
-    i = 0
-    while True:
-        child = 2 * i + 1
-        if child >= n:
-            break
-        if child + 1 < n and _earlier(st, child + 1, st.evt[child], st.evi[child, EV_SEQ]):
-            child += 1
-        if not _earlier(st, child, lt, lseq):
-            break
-        _put(st, i, st.evt[child], st.evi[child, EV_SEQ], st.evi[child, EV_KIND], st.evi[child, EV_IDX])
-        i = child
-    _put(st, i, lt, lseq, lkind, lidx)
+    t, kind, idx = st.evt[0, 0], st.evi[0, 0, A], st.evi[0, 0, B]
+    n = st.i[I_NEV]
+    st.i[I_NEV] = n - 1
+    heap_pop(st.evt, st.evi, 0, n)
     return t, kind, idx
 
 
@@ -100,14 +69,6 @@ def wake(st, table, row, col, kind):
     if table[row, col] == IDLE:
         table[row, col] = WAKING
         schedule(st, st.f[F_NOW], kind, row)
-
-
-@kernel(inline=True)
-def next_event_time(st):
-    """Time of the earliest pending event (infinity when none)."""
-    if st.i[I_NEV] == 0:
-        return math.inf
-    return st.evt[0]
 
 
 @kernel(inline=True)
@@ -144,22 +105,34 @@ def reject_request(st, r):
 def log_step(st, inst, start, end, batch):
     """Append a decode step to the step log (the caller made sure there is room)."""
     k = st.i[I_NSTEPS]
-    st.logf[k, 0] = start
-    st.logf[k, 1] = end
-    st.logi[k, 0] = inst
-    st.logi[k, 1] = batch
+    st.logf[k, LOG_START] = start
+    st.logf[k, LOG_END] = end
+    st.logi[k, LOG_INST] = inst
+    st.logi[k, LOG_BATCH] = batch
     st.i[I_NSTEPS] = k + 1
 
 
 @kernel(inline=True)
-def charge_step(st, row, dt, flops, nbytes, e_c, e_m):
-    """Add one step to instance ``row``'s totals (in step order: the sums are the reference's)."""
+def with_pass(pr, pool, dt, flops, nbytes, e_c, e_m, ops, xbytes):
+    """A step (time, FLOPs, bytes, compute J, memory J) with an elementwise pass over ``ops``
+    operations and ``xbytes`` bytes on pool ``pool`` added: the endpoint codec's compression on a
+    prefill step, the decompression waiting on a decode step."""
+    x_t, x_c, x_m = elementwise_pass(pr.hf[pool], ops, xbytes)
+    return dt + x_t, flops + ops, nbytes + xbytes, e_c + x_c, e_m + x_m
+
+
+@kernel(inline=True)
+def book_step(st, row, now, dt, flops, nbytes, e_c, e_m):
+    """A step of stats row ``row`` starts ``now``: add it to the instance's totals (in step order:
+    the sums are the reference's). Straight-line on purpose: compiled, the references it takes
+    are then dropped for free (a branch here costs reference counting on every decode step)."""
     st.stats[row, S_BUSY] += dt
     st.stats[row, S_FLOPS] += flops
     st.stats[row, S_BYTES] += nbytes
     st.stats[row, S_EC] += e_c
     st.stats[row, S_EM] += e_m
     st.stats[row, S_STEPS] += 1
+    st.stats[row, S_STEP_START] = now
 
 
 @kernel(inline=True)
@@ -169,25 +142,3 @@ def charge_engine(st, row, dt, e_o, optical_flops, engine_bound):
     st.stats[row, S_OPT_FLOPS] += optical_flops
     if engine_bound:
         st.stats[row, S_OPT_BUSY] += dt
-
-
-@kernel(inline=True)
-def fifo_push(st, table, row, head, tail, r):
-    """Append request ``r`` to the FIFO whose ends are ``table[row, head]``, ``table[row, tail]``
-    (queues thread through the requests' QNEXT column)."""
-    st.r[r, QNEXT] = -1
-    last = table[row, tail]
-    if last < 0:
-        table[row, head] = r
-    else:
-        st.r[last, QNEXT] = r
-    table[row, tail] = r
-
-
-@kernel(inline=True)
-def fifo_cut(table, row, head, tail, r):
-    """Make request ``r`` (or -1: none) the head of that FIFO, the requests before it having
-    left."""
-    table[row, head] = r
-    if r < 0:
-        table[row, tail] = -1

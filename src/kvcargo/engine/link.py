@@ -10,7 +10,9 @@ NIC). Two ways to share a port:
 * ``fair``: every unit moves at once and the ports' bandwidth is shared max-min fairly,
   recomputed whenever a unit starts or finishes (each unit capped at one channel's bandwidth).
 
-When a hand-off's last unit has landed, the request joins a decode queue.
+When a hand-off's last unit has landed, the request joins a decode queue. Unit ``r·G + g`` is
+part ``g`` of request ``r``'s hand-off (G = 1: the whole hand-off; G > 1: layer-wise slices); a
+port's waiting units form a FIFO threaded through ``State.unext`` (:mod:`.lists`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import math
 from kvcargo._jit import kernel
 from kvcargo.engine.decode import decode_submit
 from kvcargo.engine.events import schedule
+from kvcargo.engine.lists import fifo_pop, fifo_push
 from kvcargo.engine.prefix import cache_blocks
 from kvcargo.engine.routing import prefill_kv_change, route_decode
 from kvcargo.engine.state import (
@@ -50,6 +53,7 @@ from kvcargo.engine.state import (
     PORT_B,
     PORT_FREE,
     PORT_HEAD,
+    PORT_TAIL,
     PREFILL_INST,
     PROMPT,
     RELEASE,
@@ -68,7 +72,6 @@ from kvcargo.engine.state import (
     XFER_TIME,
     XFER_TIME_NV,
 )
-from kvcargo.engine.units import port_pop, port_push
 
 
 @kernel(inline=True)
@@ -88,7 +91,7 @@ def release_units(st, pr, r, k):
             fair_start(st, pr, unit)
         else:
             port = st.r[r, PORT_A]
-            port_push(st, port, unit)
+            fifo_push(st.unext, st.ports, port, PORT_HEAD, PORT_TAIL, unit)
             port_trigger(st, pr, port)
 
 
@@ -98,15 +101,15 @@ def port_trigger(st, pr, port):
     SimPy's resource). A unit that needs a second port then queues there."""
     if st.ports[port, PORT_HEAD] >= 0 and st.ports[port, PORT_FREE] > 0:
         st.ports[port, PORT_FREE] -= 1
-        unit = port_pop(st, port)
+        unit = fifo_pop(st.unext, st.ports, port, PORT_HEAD, PORT_TAIL)
         second = st.r[unit // pr.ints[P_GROUPS], PORT_B]
         if second < 0 or second == port:
             schedule(st, st.f[F_NOW], GRANT, unit)
             return
-        port_push(st, second, unit)
+        fifo_push(st.unext, st.ports, second, PORT_HEAD, PORT_TAIL, unit)
         if st.ports[second, PORT_HEAD] >= 0 and st.ports[second, PORT_FREE] > 0:
             st.ports[second, PORT_FREE] -= 1
-            schedule(st, st.f[F_NOW], GRANT, port_pop(st, second))
+            schedule(st, st.f[F_NOW], GRANT, fifo_pop(st.unext, st.ports, second, PORT_HEAD, PORT_TAIL))
 
 
 @kernel(inline=True)

@@ -5,6 +5,11 @@ next step of a decode (or colocated) instance would end before any pending event
 happen in between, so it is processed at once instead of going through the heap. This is exact
 (the same float additions ``now + dt``, the same tie order), and it is where most of a run's
 steps are spent.
+
+Events are dispatched by an ``if``/``elif`` chain on their kind, not a table of handlers: numba
+has no cheap table of functions (a first-class function value is called through a pointer and
+never inlined), while the chain compiles to compare-and-branch code with the small handlers
+inlined into the loop.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 from kvcargo._jit import kernel
 from kvcargo.engine.colocated import colocated_begin, colocated_end
 from kvcargo.engine.decode import decode_begin, decode_step_end, decode_submit
-from kvcargo.engine.events import log_full, next_event_time, pop_event, reject_request, schedule
+from kvcargo.engine.events import log_full, pop_event, reject_request, schedule
 from kvcargo.engine.link import fair_done, port_trigger, unit_done, unit_granted, unit_landed
 from kvcargo.engine.prefill import prefill_begin, prefill_done, prefill_slice, prefill_submit, route_prefill
 from kvcargo.engine.reserve import try_reserve
@@ -68,38 +73,33 @@ def arrive(st, pr, r):
         _schedule_arrival(st, pr, r + 1)
 
 
-@kernel(inline=True)
-def begin_step(st, pr, d):
-    """At a step boundary of instance ``d``: start a step (returns its end) or sleep (-1)."""
-    if pr.ints[P_COLOCATED]:
-        return colocated_begin(st, pr, d)
-    return decode_begin(st, pr, d)
-
-
-@kernel(inline=True)
-def after_step(st, pr, d):
-    """End the step in flight on instance ``d``, then begin the next one."""
-    if pr.ints[P_COLOCATED]:
-        colocated_end(st, pr, d)
-    else:
-        decode_step_end(st, pr, d)
-        if pr.ints[P_RESERVE]:
-            try_reserve(st, pr, d)
-    if st.i[I_STOP]:
-        return -1.0
-    return begin_step(st, pr, d)
-
-
 @kernel
-def run_instance(st, pr, d, t_end):
-    """Carry instance ``d`` through every step that ends before the next pending event;
-    schedule the first one that does not (or leave it asleep)."""
-    while t_end >= 0.0:
-        if t_end >= next_event_time(st) or log_full(st):
+def run_instance(st, pr, d, ending):
+    """Carry decode (or colocated) instance ``d`` through every step that ends before the next
+    pending event — first ending the step in flight, if ``ending`` — and schedule the first step
+    that does not (or leave the instance asleep).
+
+    The dispatch is written out here rather than in small helpers: compiled, every helper with a
+    branch that takes ``st`` and ``pr`` costs reference counting on each step."""
+    colocated = pr.ints[P_COLOCATED]
+    while True:
+        if ending:
+            if colocated:
+                colocated_end(st, pr, d)
+            else:
+                decode_step_end(st, pr, d)
+                if pr.ints[P_RESERVE]:
+                    try_reserve(st, pr, d)
+            if st.i[I_STOP]:
+                return
+        t_end = colocated_begin(st, pr, d) if colocated else decode_begin(st, pr, d)
+        if t_end < 0.0:  # asleep
+            return
+        if log_full(st) or (st.i[I_NEV] > 0 and t_end >= st.evt[0, 0]):
             schedule(st, t_end, DECODE_DONE, d)
             return
         st.f[F_NOW] = t_end
-        t_end = after_step(st, pr, d)
+        ending = True
 
 
 @kernel
@@ -112,7 +112,7 @@ def run_events(st, pr):
     while st.i[I_NEV] > 0 and st.i[I_STOP] == 0:
         if log_full(st):
             return LOG_FULL
-        if 2 * st.i[I_NEV] + 64 > st.evt.shape[0]:
+        if 2 * st.i[I_NEV] + 64 > st.evt.shape[1]:
             return EVENTS_FULL
         t, kind, idx = pop_event(st)
         st.f[F_NOW] = t
@@ -129,9 +129,9 @@ def run_events(st, pr):
         elif kind == RELEASE:
             port_trigger(st, pr, idx)
         elif kind == DECODE_WAKE:
-            run_instance(st, pr, idx, begin_step(st, pr, idx))
+            run_instance(st, pr, idx, False)
         elif kind == DECODE_DONE:
-            run_instance(st, pr, idx, after_step(st, pr, idx))
+            run_instance(st, pr, idx, True)
         elif kind == SLICE_READY:
             prefill_slice(st, pr, idx)
         elif kind == FLOW_DONE:

@@ -2,7 +2,7 @@
 
 An instance sleeps while its queue is empty; a submit wakes it (one zero-delay event). It then
 takes prompts from the head while the batch's tokens stay within the budget (the first prompt
-is always taken), runs one step, and hands every request of the batch on. Streaming layer by
+is always taken; :mod:`.batching`), runs one step, and hands every request of the batch on. Streaming layer by
 layer, the step releases one slice of every request's KV at each of its G fractions. With
 ``--kv-reserve at-transfer`` the instance holds each request's KV until it has landed and stops
 taking prompts when that buffer is full.
@@ -11,24 +11,15 @@ taking prompts when that buffer is full.
 from __future__ import annotations
 
 from kvcargo._jit import kernel
-from kvcargo.engine.events import (
-    charge_engine,
-    charge_step,
-    fifo_cut,
-    fifo_push,
-    finish_request,
-    schedule,
-    wake,
-)
-from kvcargo.engine.kernels import elementwise_pass
+from kvcargo.engine.batching import UNLIMITED, prefill_terms, take_batch
+from kvcargo.engine.events import book_step, charge_engine, finish_request, schedule, wake, with_pass
+from kvcargo.engine.lists import fifo_cut, fifo_push
 from kvcargo.engine.pricing import prefill_step_cost
 from kvcargo.engine.reserve import handoff_ready
 from kvcargo.engine.routing import prefill_kv_change
 from kvcargo.engine.state import (
     BNEXT,
     BUSY,
-    EP_BYTES,
-    EP_OPS,
     F_NOW,
     FIRST_TOKEN,
     IDLE,
@@ -51,14 +42,8 @@ from kvcargo.engine.state import (
     PREFILL_DONE,
     PREFILL_END,
     PREFILL_INST,
-    PREFILL_START,
     PREFILL_WAKE,
     PROMPT,
-    QNEXT,
-    QUAD,
-    RQ_FLOPS,
-    RQ_MASK,
-    RQ_TOKENS,
     S_STEP_END,
     S_STEP_START,
     SLICE_READY,
@@ -78,7 +63,7 @@ def route_prefill(st):
 @kernel
 def prefill_submit(st, pr, p, r):
     """Queue a prompt at instance ``p``, waking it if it sleeps."""
-    fifo_push(st, st.p, p, P_HEAD, P_TAIL, r)
+    fifo_push(st.qnext, st.p, p, P_HEAD, P_TAIL, r)
     st.p[p, P_TOKENS] += pr.ri[r, PROMPT]
     st.r[r, PREFILL_INST] = p
     wake(st, st.p, p, P_STATE, PREFILL_WAKE)
@@ -87,60 +72,27 @@ def prefill_submit(st, pr, p, r):
 @kernel
 def prefill_begin(st, pr, p):
     """Form a batch from the queue head and start its step (or go to sleep)."""
-    r = st.p[p, P_HEAD]
-    budget = pr.ints[P_BUDGET]
-    room = pr.ints[P_PREFILL_KVCAP] - st.p[p, P_KV_HELD] if pr.ints[P_RESERVE] else 1 << 62
-    if r < 0 or pr.ri[r, PROMPT] > room:
+    head = st.p[p, P_HEAD]
+    room = pr.ints[P_PREFILL_KVCAP] - st.p[p, P_KV_HELD] if pr.ints[P_RESERVE] else UNLIMITED
+    n, tokens, _, rest = take_batch(st, pr, head, UNLIMITED, pr.ints[P_BUDGET], room, 0, 0, False)
+    if n == 0:
         st.p[p, P_STATE] = IDLE
         return
     now = st.f[F_NOW]
-    tokens = 0
-    quad = 0
-    n = 0
-    ops = 0.0
-    nbytes = 0.0
-    xflops = 0
-    xtok = 0
-    xmask = 0
-    mixed = pr.ints[P_MIXED]
-    every = pr.ints[P_REPLAY_DECODE]
-    st.p[p, P_BATCH] = r
-    last = r
-    while r >= 0 and (n == 0 or tokens + pr.ri[r, PROMPT] <= budget) and tokens + pr.ri[r, PROMPT] <= room:
-        tokens += pr.ri[r, PROMPT]
-        quad += pr.ri[r, QUAD]
-        n += 1
-        st.t[r, PREFILL_START] = now
-        if mixed:
-            xflops += pr.rq[r, RQ_FLOPS]
-            xtok += pr.rq[r, RQ_TOKENS]
-            xmask |= pr.rq[r, RQ_MASK]
-        if pr.ri[r, OUTPUT] > 1 or every:
-            ops += pr.rf[r, EP_OPS]
-            nbytes += pr.rf[r, EP_BYTES]
-        st.r[last, BNEXT] = r
-        last = r
-        r = st.r[r, QNEXT]
-    st.r[last, BNEXT] = -1
-    fifo_cut(st.p, p, P_HEAD, P_TAIL, r)
+    quad, xflops, xtok, xmask, ops, nbytes = prefill_terms(st, pr, head, n, now, True)
+    fifo_cut(st.p, p, P_HEAD, P_TAIL, rest)
+    st.p[p, P_BATCH] = head
     st.p[p, P_TOKENS] -= tokens
     st.p[p, P_BATCH_N] = n
     if pr.ints[P_RESERVE]:
         prefill_kv_change(st, p, tokens)
-    hf = pr.hf[0]
     dt, flops, by, e_c, e_m, e_o, opt, engine_bound = prefill_step_cost(st, pr, 0, p, tokens, quad, n, xflops, xtok,
                                                                          xmask)
     if pr.ints[P_ENDPOINT]:
-        x_t, x_c, x_m = elementwise_pass(hf, ops, nbytes)
-        dt = dt + x_t
-        e_c = e_c + x_c
-        e_m = e_m + x_m
-        flops = flops + ops
-        by = by + nbytes
-    charge_step(st, p, dt, flops, by, e_c, e_m)
-    if mixed:
+        dt, flops, by, e_c, e_m = with_pass(pr, 0, dt, flops, by, e_c, e_m, ops, nbytes)
+    book_step(st, p, now, dt, flops, by, e_c, e_m)
+    if pr.ints[P_MIXED]:
         charge_engine(st, p, dt, e_o, opt, engine_bound)
-    st.stats[p, S_STEP_START] = now
     st.stats[p, S_STEP_END] = now + dt
     st.p[p, P_STATE] = BUSY
     schedule(st, now + dt, PREFILL_DONE, p)

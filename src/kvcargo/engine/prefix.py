@@ -10,6 +10,7 @@ arrive. The receiver is chosen before the transfer, so the hand-off's size is kn
 from __future__ import annotations
 
 from kvcargo._jit import kernel
+from kvcargo.engine.lists import lru_listed, lru_touch, lru_unlink
 from kvcargo.engine.state import (
     D_KV_USED,
     D_LRU_HEAD,
@@ -20,8 +21,6 @@ from kvcargo.engine.state import (
     PROMPT,
     SEND_FRAC,
 )
-
-NOT_CACHED = -2
 
 
 @kernel
@@ -37,25 +36,9 @@ def missing_fraction(st, pr, r, d):
     missing = 0
     for k in range(lo, hi):
         tokens = size if k < hi - 1 else max(0, prompt - size * (hi - lo - 1))
-        if st.lru[d, pr.blocks[k], 0] == NOT_CACHED:
+        if not lru_listed(st.lru, d, pr.blocks[k]):
             missing += tokens
     st.tx[r, SEND_FRAC] = min(1.0, missing / prompt)
-
-
-@kernel(inline=True)
-def _unlink(st, d, b):
-    prev, nxt = st.lru[d, b, 0], st.lru[d, b, 1]
-    if prev >= 0:
-        st.lru[d, prev, 1] = nxt
-    else:
-        st.d[d, D_LRU_HEAD] = nxt
-    if nxt >= 0:
-        st.lru[d, nxt, 0] = prev
-    else:
-        st.d[d, D_LRU_TAIL] = prev
-    st.lru[d, b, 0] = NOT_CACHED
-    st.lru[d, b, 1] = NOT_CACHED
-    st.d[d, D_LRU_N] -= 1
 
 
 @kernel
@@ -63,18 +46,7 @@ def cache_blocks(st, pr, r, d):
     """Request ``r``'s blocks have arrived at ``d``: make them the most recent, then evict the
     least recent while the cache exceeds the instance's spare KV memory."""
     for k in range(pr.block_offsets[r], pr.block_offsets[r + 1]):
-        b = pr.blocks[k]
-        if st.lru[d, b, 0] != NOT_CACHED:
-            _unlink(st, d, b)
-        head = st.d[d, D_LRU_HEAD]
-        st.lru[d, b, 0] = -1
-        st.lru[d, b, 1] = head
-        if head >= 0:
-            st.lru[d, head, 0] = b
-        else:
-            st.d[d, D_LRU_TAIL] = b
-        st.d[d, D_LRU_HEAD] = b
-        st.d[d, D_LRU_N] += 1
+        lru_touch(st.lru, st.d, d, D_LRU_HEAD, D_LRU_TAIL, D_LRU_N, pr.blocks[k])
     spare = max(0, pr.ints[P_KVCAP] - st.d[d, D_KV_USED])
     while st.d[d, D_LRU_N] * pr.ints[P_BLOCK_TOKENS] > spare and st.d[d, D_LRU_TAIL] >= 0:
-        _unlink(st, d, st.d[d, D_LRU_TAIL])
+        lru_unlink(st.lru, st.d, d, D_LRU_HEAD, D_LRU_TAIL, D_LRU_N, st.d[d, D_LRU_TAIL])

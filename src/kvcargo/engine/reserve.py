@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 
 from kvcargo._jit import kernel
-from kvcargo.engine.events import fifo_cut, fifo_push
 from kvcargo.engine.link import release_units
+from kvcargo.engine.lists import fifo_cut, fifo_push
 from kvcargo.engine.routing import choose_decode
 from kvcargo.engine.state import (
     D_KV_USED,
@@ -24,7 +24,6 @@ from kvcargo.engine.state import (
     P_EARLY,
     P_KVCAP,
     P_RESERVE,
-    QNEXT,
     RESERVED,
     UNITS,
     WANT_MEMORY,
@@ -41,7 +40,7 @@ def handoff_ready(st, pr, r, k):
         if math.isnan(st.tx[r, WANT_MEMORY]):
             st.tx[r, WANT_MEMORY] = st.f[F_NOW]
             d = st.r[r, DEST]
-            fifo_push(st, st.d, d, D_RQ_HEAD, D_RQ_TAIL, r)
+            fifo_push(st.qnext, st.d, d, D_RQ_HEAD, D_RQ_TAIL, r)
             try_reserve(st, pr, d)
         return
     release_units(st, pr, r, k)
@@ -59,7 +58,7 @@ def try_reserve(st, pr, d):
             break
         st.d[d, D_KV_USED] += need
         st.tx[r, RESERVED] = st.f[F_NOW]
-        nxt = st.r[r, QNEXT]
+        nxt = st.qnext[r]
         fifo_cut(st.d, d, D_RQ_HEAD, D_RQ_TAIL, nxt)
         held = st.r[r, HELD]
         st.r[r, HELD] = 0
