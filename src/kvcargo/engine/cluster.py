@@ -231,13 +231,15 @@ def _dense_blocks(w) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untype
     return dense.astype(np.int64), np.ascontiguousarray(w.block_offsets, dtype=np.int64)
 
 
-def run(res: Resolved) -> EngineOutput:
-    """Simulate a resolved configuration."""
+def run(res: Resolved, built: tuple[Params, Transfers] | None = None) -> EngineOutput:
+    """Simulate a resolved configuration; ``built``: its :func:`build_params`, when a caller has
+    them already (a capacity search builds them once and changes only the arrival times)."""
     if uses_scheduled_engine(res):
         from kvcargo.engine.scheduled import run_scheduled  # only then: the default run never loads it
 
         return run_scheduled(res)
-    params, xfer = build_params(res)
+    params, xfer = build_params(res) if built is None else built
+    del built  # the engine frees the parameters before its last copies (a caller may keep them)
     n = len(params.rf)
     n_slots = res.n_decode if res.colocated else res.n_prefill
     channels = params.pf[:, S.PF_CHANNELS].astype(np.int64)

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from kvcargo import parallel
 from kvcargo.ced import replay_on_decode
-from kvcargo.config import Resolved, SimConfig, colocated_pool, resolve
+from kvcargo.config import Resolved, SimConfig, colocated_pool, load_workload, resolve
 from kvcargo.cost import Pool, kv_capacity, shape
 from kvcargo.engine import aot
 from kvcargo.errors import KvcargoError
@@ -36,6 +36,7 @@ from kvcargo.speculative import Draft, speculative_step_time
 from kvcargo.stepcost import ATTENTION, step_class
 from kvcargo.stepcost import decode_step as class_decode_step
 from kvcargo.steps import step_cost
+from kvcargo.workload import Workload
 
 TARGET = 0.9
 """Default share of (steady) requests that must meet both SLOs."""
@@ -119,9 +120,10 @@ def _decode_ceiling(config: SimConfig, model, pool: Pool, kvcap: int, p: float, 
     return b / t / max(1, o - 1), b, ctx, t
 
 
-def ceilings(config: SimConfig) -> Ceilings:
-    """The analytic ceilings of a configuration (Appendix B)."""
-    res = resolve(config)
+def ceilings(config: SimConfig, workload: Workload | None = None) -> Ceilings:
+    """The analytic ceilings of a configuration (Appendix B); ``workload``: its request stream,
+    when the caller has it (a plan's candidates share one)."""
+    res = resolve(config, workload)
     model = res.model
     p, o = mean_lengths(res)
     col_pool = colocated_pool(config, res.catalog)
@@ -224,9 +226,46 @@ def probe_summary(config: SimConfig) -> dict[str, Any]:
     return {k: float(s[k]) for k in PROBE_KEYS}
 
 
+class RateProbe:
+    """Probes of one configuration at many rates, with the same figures as :func:`probe_summary`.
+
+    For a generated workload the rate changes only the arrival times (the lengths come from the
+    same draws), so the configuration is resolved and the engine's parameters are built once; each
+    probe draws the arrivals, runs, and computes only the figures it keeps."""
+
+    def __init__(self, config: SimConfig) -> None:
+        from kvcargo.engine.cluster import build_params
+
+        self.res = resolve(config)
+        self.built = build_params(self.res)
+
+    @staticmethod
+    def applies(config: SimConfig) -> bool:
+        """Whether the rate changes nothing but the arrival times (generated requests, the default
+        engine); other configurations are probed by :func:`probe_summary`."""
+        from kvcargo.serving import session_shape
+
+        return (config.workload_file is None and config.workload is None and not config.scheduled
+                and not session_shape(config).is_session)
+
+    def __call__(self, rate: float) -> dict[str, Any]:
+        from kvcargo.engine.cluster import run
+        from kvcargo.engine.state import ARRIVAL_T
+        from kvcargo.metrics import probe_figures
+
+        config = self.res.config.model_copy(update={"rate": rate})  # a valid rate: no validation needed
+        res = replace(self.res, config=config, workload=load_workload(config))
+        params, xfer = self.built
+        rf = params.rf.copy()
+        rf[:, ARRIVAL_T] = res.workload.arrival
+        s = probe_figures(run(res, (params._replace(rf=rf), xfer)))
+        return {k: float(s[k]) for k in PROBE_KEYS}
+
+
 def search(config: SimConfig, target: float = TARGET, rtol: float = RTOL, start: float | None = None,
-           probe: Callable[[SimConfig], dict[str, Any]] = probe_summary) -> Search:
-    """Highest sustainable rate of ``config`` (its ``rate`` is ignored; everything else is kept)."""
+           probe: Callable[[SimConfig], dict[str, Any]] | None = None) -> Search:
+    """Highest sustainable rate of ``config`` (its ``rate`` is ignored; everything else is kept).
+    ``probe``: how a rate is measured (default: a simulation, :class:`RateProbe` where it applies)."""
     check_target(target, rtol)
     if config.time_scale is not None:
         raise KvcargoError("capacity searches the arrival rate: drop --time-scale")
@@ -235,11 +274,16 @@ def search(config: SimConfig, target: float = TARGET, rtol: float = RTOL, start:
     if not (start > 0 and math.isfinite(start)):
         raise KvcargoError(f"cannot search from a rate of {start!r} req/s")
     result = Search(0.0, target, rtol, start, 0.0, start, False)
-    if probe is probe_summary:  # the engine: compile it now if the whole search pays for it
+    if probe is None:  # the engine: compile it now if the whole search pays for it
         aot.prepare(expected_probes(rtol) * config.requests, accumulate=False)
+    if probe is not None or not RateProbe.applies(config):
+        given = probe or probe_summary
+        measure: Callable[[float], dict[str, Any]] = lambda rate: given(config.replace(rate=rate))  # noqa: E731
+    else:
+        measure = RateProbe(config)
 
     def ok(rate: float) -> bool:
-        s = probe(config.replace(rate=rate))
+        s = measure(rate)
         met = s["slo_attainment"]
         good = bool(met >= target)  # NaN (nothing completed) is a miss
         result.probes.append({"rate": rate, **s, "ok": good})

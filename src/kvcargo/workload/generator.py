@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -59,14 +60,15 @@ def generate(n: int, rate: float, prompt: LengthDist, output: LengthDist, seed: 
     aot.prepare(n, accumulate=False, unit_plain_s=DRAW_PLAIN_S)
     from kvcargo.workload.draws import draw_requests, uniforms
 
-    rng = random.Random(seed)
     arrival = np.empty(n, dtype=np.float64)
     plen = np.empty(n, dtype=np.int64)
     olen = np.empty(n, dtype=np.int64)
     clipped = np.zeros(2, dtype=np.int64)
     done, pos, t = 0, 0, 0.0
-    chunk = min(7 * n + 64, CHUNK)  # ~6.5 uniforms per request, drawn a bounded batch at a time
-    u = uniforms(rng, chunk)
+    # ~6.5 uniforms per request, drawn a bounded batch at a time
+    u, state = first_uniforms(seed, min(7 * n + 64, CHUNK))
+    rng = random.Random()
+    rng.setstate(state)
     while True:
         done, pos, t = draw_requests(u, pos, done, t, float(rate), prompt.params(), output.params(),
                                      arrival, plen, olen, clipped)
@@ -76,3 +78,16 @@ def generate(n: int, rate: float, prompt: LengthDist, output: LengthDist, seed: 
         pos = 0
     return Workload(arrival, plen, olen, source=f"poisson rate={rate:g} seed={seed}",
                     clipped_prompts=int(clipped[0]), clipped_outputs=int(clipped[1]))
+
+
+@lru_cache(maxsize=4)
+def first_uniforms(seed: int, k: int) -> tuple[np.ndarray, tuple]:
+    """The first ``k`` uniforms of ``random.Random(seed)`` (read-only) and the generator's state
+    after them. Cached: a capacity search or a plan draws the same stream at every rate (only the
+    arrival times scale), and drawing it is most of a small run's workload cost."""
+    from kvcargo.workload.draws import uniforms
+
+    rng = random.Random(seed)
+    u = uniforms(rng, k)
+    u.flags.writeable = False
+    return u, rng.getstate()
