@@ -24,10 +24,16 @@ from kvcargo.engine.state import DONE, REJECTED, S_BUSY, S_BYTES, S_EC, S_EM, S_
 from kvcargo.families import family_levers
 from kvcargo.lever_metrics import lever_summary
 from kvcargo.optical import die_areas, static_w
-from kvcargo.stats import exact_mean, exact_sum, exact_weighted_mean, percentiles, weighted_percentiles
+from kvcargo.stats import (
+    PERCENTILES,
+    exact_mean,
+    exact_sum,
+    exact_weighted_mean,
+    percentiles,
+    weighted_percentiles,
+)
 
 WARMUP_FRACTION = 0.1
-PERCENTILES = (50, 90, 99)
 STAGES = ("prefill_queue", "prefill", "kv_wait", "kv_transfer", "decode_queue", "decode")
 STAGE_OWNER = {"prefill_queue": "prefill", "prefill": "prefill", "kv_wait": "kv-link",
                "kv_transfer": "kv-link", "decode_queue": "decode", "decode": "decode"}

@@ -276,11 +276,14 @@ def search(config: SimConfig, target: float = TARGET, rtol: float = RTOL, start:
     result = Search(0.0, target, rtol, start, 0.0, start, False)
     if probe is None:  # the engine: compile it now if the whole search pays for it
         aot.prepare(expected_probes(rtol) * config.requests, accumulate=False)
-    if probe is not None or not RateProbe.applies(config):
-        given = probe or probe_summary
-        measure: Callable[[float], dict[str, Any]] = lambda rate: given(config.replace(rate=rate))  # noqa: E731
-    else:
+    measure: Callable[[float], dict[str, Any]]
+    if probe is None and RateProbe.applies(config):
         measure = RateProbe(config)
+    else:
+        given = probe or probe_summary
+
+        def measure(rate: float) -> dict[str, Any]:
+            return given(config.replace(rate=rate))
 
     def ok(rate: float) -> bool:
         s = measure(rate)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -50,6 +51,14 @@ CHUNK = 1 << 20
 
 def generate(n: int, rate: float, prompt: LengthDist, output: LengthDist, seed: int = 1) -> Workload:
     """``n`` Poisson arrivals at ``rate`` req/s with lognormal prompt and output lengths."""
+    return next(generate_chunks(n, rate, prompt, output, seed, n))
+
+
+def generate_chunks(n: int, rate: float, prompt: LengthDist, output: LengthDist, seed: int = 1,
+                    size: int = CHUNK) -> Iterator[Workload]:
+    """:func:`generate`'s requests, ``size`` at a time (the last chunk may be shorter): the same
+    random stream, so the chunks put together are :func:`generate`'s workload bit for bit, and
+    a long run never holds more than a chunk of it. Each chunk's ``clipped_*`` counts its own."""
     if n < 1:
         raise KvcargoError(f"number of requests must be >= 1, got {n}")
     if not (rate > 0 and math.isfinite(rate)):
@@ -60,24 +69,29 @@ def generate(n: int, rate: float, prompt: LengthDist, output: LengthDist, seed: 
     aot.prepare(n, accumulate=False, unit_plain_s=DRAW_PLAIN_S)
     from kvcargo.workload.draws import draw_requests, uniforms
 
-    arrival = np.empty(n, dtype=np.float64)
-    plen = np.empty(n, dtype=np.int64)
-    olen = np.empty(n, dtype=np.int64)
-    clipped = np.zeros(2, dtype=np.int64)
-    done, pos, t = 0, 0, 0.0
     # ~6.5 uniforms per request, drawn a bounded batch at a time
     u, state = first_uniforms(seed, min(7 * n + 64, CHUNK))
     rng = random.Random()
     rng.setstate(state)
-    while True:
-        done, pos, t = draw_requests(u, pos, done, t, float(rate), prompt.params(), output.params(),
-                                     arrival, plen, olen, clipped)
-        if done == n:
-            break
-        u = np.concatenate([u[pos:], uniforms(rng, min(7 * (n - done) + 64, CHUNK))])
-        pos = 0
-    return Workload(arrival, plen, olen, source=f"poisson rate={rate:g} seed={seed}",
-                    clipped_prompts=int(clipped[0]), clipped_outputs=int(clipped[1]))
+    pos, t, first = 0, 0.0, 0
+    p_par, o_par = prompt.params(), output.params()
+    while first < n:
+        k = min(size, n - first)
+        arrival = np.empty(k, dtype=np.float64)
+        plen = np.empty(k, dtype=np.int64)
+        olen = np.empty(k, dtype=np.int64)
+        clipped = np.zeros(2, dtype=np.int64)
+        done = 0
+        while True:
+            done, pos, t = draw_requests(u, pos, done, t, float(rate), p_par, o_par, arrival, plen, olen,
+                                         clipped)
+            if done == k:
+                break
+            u = np.concatenate([u[pos:], uniforms(rng, min(7 * (n - first - done) + 64, CHUNK))])
+            pos = 0
+        first += k
+        yield Workload(arrival, plen, olen, source=f"poisson rate={rate:g} seed={seed}",
+                       clipped_prompts=int(clipped[0]), clipped_outputs=int(clipped[1]))
 
 
 @lru_cache(maxsize=4)
