@@ -192,7 +192,8 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
                                if not res.colocated else res.kv_capacity)
     ints[S.P_MIXED] = int(mixed)
     ints[S.P_REPLAY_DECODE] = int(replay_on_decode(res.model))
-    blocks, offsets = _dense_blocks(w) if c.decode_prefix_cache else (np.zeros(1, np.int64), np.zeros(n + 1, np.int64))
+    # without a prefix cache the engine never reads them: one-element dummies (not n + 1 offsets)
+    blocks, offsets = _dense_blocks(w) if c.decode_prefix_cache else (np.zeros(1, np.int64), np.zeros(1, np.int64))
     ints[S.P_PREFIX] = int(c.decode_prefix_cache)
     ints[S.P_BLOCK_TOKENS] = BLOCK_TOKENS
     mi, mf = model_coefficients(res.model, c.lm_head)
