@@ -47,3 +47,22 @@ def test_workloads_the_rate_does_not_only_scale_are_simulated_whole() -> None:
 def test_a_shared_workload_leaves_the_ceilings_unchanged() -> None:
     config = SimConfig(model="llama3-70b", devices_per_instance=4, prefill=3, decode=2)
     assert ceilings(config, load_workload(config)) == ceilings(config)
+
+
+@pytest.mark.parametrize("config", CONFIGS[:4], ids=lambda c: c.mode + "-" + c.link + "-" + str(c.prefill))
+def test_deciding_probes_give_the_same_answer(config: SimConfig) -> None:
+    """Probes that stop once their failure is certain: the same verdicts, rates and answer."""
+    full, decided = search(config), search(config, decide=True)
+    assert decided.rate == full.rate and decided.simulations == full.simulations
+    for a, b in zip(full.probes, decided.probes):
+        assert (a["rate"], a["ok"]) == (b["rate"], b["ok"])
+        if b["ok"]:
+            assert a == b
+        else:
+            assert b["slo_attainment"] >= a["slo_attainment"]  # a bound that already misses
+    strict = RateProbe(config, decide=0.9999)
+    for rate in (2.0, 8.0, 30.0):
+        whole = probe_summary(config.replace(rate=rate))
+        got = strict(rate)
+        assert (got["slo_attainment"] >= 0.9999) == (whole["slo_attainment"] >= 0.9999)
+        assert got["slo_attainment"] >= whole["slo_attainment"]

@@ -7,6 +7,7 @@ only ever see numbers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +21,7 @@ from kvcargo.cost import HF_OVERHEAD, kv_capacity, model_coefficients, shape
 from kvcargo.engine import aot
 from kvcargo.engine import state as S
 from kvcargo.engine.loop import run_events
-from kvcargo.engine.state import Params, by_reference, grown, new_state
+from kvcargo.engine.state import Params, State, by_reference, grown, new_state
 from kvcargo.families import prefill_resident_bytes
 from kvcargo.linkmodel import effective, link_transfers
 from kvcargo.serving import uses_scheduled_engine
@@ -232,9 +233,14 @@ def _dense_blocks(w) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untype
     return dense.astype(np.int64), np.ascontiguousarray(w.block_offsets, dtype=np.int64)
 
 
-def run(res: Resolved, built: tuple[Params, Transfers] | None = None) -> EngineOutput:
+def run(res: Resolved, built: tuple[Params, Transfers] | None = None,
+        stop: Callable[[State], bool] | None = None, log_capacity: int | None = None) -> EngineOutput | None:
     """Simulate a resolved configuration; ``built``: its :func:`build_params`, when a caller has
-    them already (a capacity search builds them once and changes only the arrival times)."""
+    them already (a capacity search builds them once and changes only the arrival times).
+    ``stop``: asked with the state each time ``log_capacity`` decode steps have been logged;
+    True abandons the run (None is returned), else the step log is emptied and the run goes on
+    (the output's step log then holds only the steps since: for callers that read no step
+    figures)."""
     if uses_scheduled_engine(res):
         from kvcargo.engine.scheduled import run_scheduled  # only then: the default run never loads it
 
@@ -246,7 +252,7 @@ def run(res: Resolved, built: tuple[Params, Transfers] | None = None) -> EngineO
     channels = params.pf[:, S.PF_CHANNELS].astype(np.int64)
     # A first guess at the number of decode steps (output tokens / 32); the engine pauses when
     # its log is full and resumes with a larger one.
-    guess = max(1024, int(params.ri[:, S.OUTPUT].sum() // 32))
+    guess = log_capacity or max(1024, int(params.ri[:, S.OUTPUT].sum() // 32))
     st = new_state(n, n_slots, res.n_decode, res.n_prefill + res.n_decode, res.config.max_batch, channels,
                    int(params.ints[S.P_GROUPS]), bool(params.ints[S.P_FAIR]), log_capacity=guess,
                    n_blocks=int(params.blocks.max()) + 1 if params.ints[S.P_PREFIX] else 0,
@@ -257,6 +263,11 @@ def run(res: Resolved, built: tuple[Params, Transfers] | None = None) -> EngineO
     del xfer  # the other per-request figures are in the parameters now
     pr = by_reference(params)
     while (code := run_events(by_reference(st), pr)) != S.FINISHED:
+        if stop is not None and code == S.LOG_FULL:
+            if stop(st):
+                return None
+            st.i[S.I_NSTEPS] = 0
+            continue
         st = grown(st, code)
     del params, pr  # before the copies below: the largest tables go first
     k = int(st.i[S.I_NSTEPS])

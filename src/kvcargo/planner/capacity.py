@@ -231,13 +231,21 @@ class RateProbe:
 
     For a generated workload the rate changes only the arrival times (the lengths come from the
     same draws), so the configuration is resolved and the engine's parameters are built once; each
-    probe draws the arrivals, runs, and computes only the figures it keeps."""
+    probe draws the arrivals, runs, and computes only the figures it keeps.
 
-    def __init__(self, config: SimConfig) -> None:
+    ``decide``: the probe only has to say whether SLO attainment reaches ``target`` (a plan keeps
+    nothing else of a search but its answer). The run is then abandoned as soon as the steady
+    requests already known to miss an SLO are too many for the target, whatever the others do:
+    which requests are steady is known before the run (every request the engine does not reject
+    on arrival, and it rejects by length alone, completes), and a stamped first token or finish
+    never changes. Such a probe reports that bound as its attainment and NaN for the rest."""
+
+    def __init__(self, config: SimConfig, decide: float | None = None) -> None:
         from kvcargo.engine.cluster import build_params
 
         self.res = resolve(config)
         self.built = build_params(self.res)
+        self.decide = decide
 
     @staticmethod
     def applies(config: SimConfig) -> bool:
@@ -258,14 +266,57 @@ class RateProbe:
         params, xfer = self.built
         rf = params.rf.copy()
         rf[:, ARRIVAL_T] = res.workload.arrival
-        s = probe_figures(run(res, (params._replace(rf=rf), xfer)))
+        verdict: list[float] = []
+        stop = None if self.decide is None else self._stop(res, params, verdict)
+        out = run(res, (params._replace(rf=rf), xfer), stop, EARLY_LOG_ROWS if stop else None)
+        if out is None:
+            return {k: math.nan for k in PROBE_KEYS} | {"slo_attainment": verdict[0], "requests": float(len(rf))}
+        s = probe_figures(out)
         return {k: float(s[k]) for k in PROBE_KEYS}
+
+    def _stop(self, res: Resolved, params: Any, verdict: list[float]) -> Callable[[Any], bool]:
+        """Whether a paused run can no longer reach the target (its bound goes to ``verdict``)."""
+        from types import SimpleNamespace
+
+        from kvcargo.engine import state as S
+        from kvcargo.metrics import steady_requests
+
+        ri, ints = params.ri, params.ints
+        rejected = (ri[:, S.UNITS] > ints[S.P_KVCAP]) | (
+            bool(ints[S.P_RESERVE]) & (ri[:, S.PROMPT] > ints[S.P_PREFILL_KVCAP]))  # as on arrival
+        status = np.where(rejected, S.REJECTED, S.DONE)
+        steady = steady_requests(SimpleNamespace(status=status, arrival=res.workload.arrival))
+        arrival, multi = res.workload.arrival[steady], res.workload.output[steady] >= 2
+        cfg, n, target = res.config, len(steady), self.decide
+
+        def stop(st: Any) -> bool:
+            if n == 0:
+                return False
+            first, finish = st.t[steady, S.FIRST_TOKEN], st.t[steady, S.FINISH]
+            done = st.r[steady, S.STATUS] == S.DONE
+            ttft_miss = ~np.isnan(first) & ~(first - arrival <= cfg.ttft_slo)
+            tpot_miss = done & multi & ~((finish - first) / np.maximum(1, res.workload.output[steady] - 1)
+                                         <= cfg.tpot_slo)
+            bound = (n - int(np.count_nonzero(ttft_miss | tpot_miss))) / n
+            if bound >= target:
+                return False
+            verdict.append(bound)
+            return True
+
+        return stop
+
+
+EARLY_LOG_ROWS = 4096
+"""Decode steps between the checks of a deciding probe (its step log's size: a probe reads no
+step figure, so the log is emptied at each check)."""
 
 
 def search(config: SimConfig, target: float = TARGET, rtol: float = RTOL, start: float | None = None,
-           probe: Callable[[SimConfig], dict[str, Any]] | None = None) -> Search:
+           probe: Callable[[SimConfig], dict[str, Any]] | None = None, decide: bool = False) -> Search:
     """Highest sustainable rate of ``config`` (its ``rate`` is ignored; everything else is kept).
-    ``probe``: how a rate is measured (default: a simulation, :class:`RateProbe` where it applies)."""
+    ``probe``: how a rate is measured (default: a simulation, :class:`RateProbe` where it applies).
+    ``decide``: failing probes may stop as soon as they are decided (the same answer and probe
+    count; a stopped probe's figures are NaN, its attainment a bound)."""
     check_target(target, rtol)
     if config.time_scale is not None:
         raise KvcargoError("capacity searches the arrival rate: drop --time-scale")
@@ -278,7 +329,7 @@ def search(config: SimConfig, target: float = TARGET, rtol: float = RTOL, start:
         aot.prepare(expected_probes(rtol) * config.requests, accumulate=False)
     measure: Callable[[float], dict[str, Any]]
     if probe is None and RateProbe.applies(config):
-        measure = RateProbe(config)
+        measure = RateProbe(config, target if decide else None)
     else:
         given = probe or probe_summary
 
@@ -327,12 +378,13 @@ def check_target(target: float, rtol: float) -> None:
 
 
 def capacity(config: SimConfig, target: float = TARGET, rtol: float = RTOL,
-             do_search: bool = True) -> dict[str, Any]:
-    """Ceilings and (optionally) the search, as plain data (what ``capacity --json`` prints)."""
+             do_search: bool = True, decide: bool = False) -> dict[str, Any]:
+    """Ceilings and (optionally) the search, as plain data (what ``capacity --json`` prints);
+    ``decide``: see :func:`search`."""
     ceil = ceilings(config)
     out: dict[str, Any] = {"config": config.model_dump(), "ceilings": ceil.as_dict()}
     if do_search:
-        out["search"] = search(config, target, rtol, ceil.bound).as_dict()
+        out["search"] = search(config, target, rtol, ceil.bound, decide=decide).as_dict()
     return out
 
 
@@ -341,11 +393,11 @@ MAX_STEADY_REQUESTS = 50_000
 
 
 def steady_capacity(config: SimConfig, target: float = TARGET, rtol: float = RTOL,
-                    max_requests: int = MAX_STEADY_REQUESTS) -> dict[str, Any]:
+                    max_requests: int = MAX_STEADY_REQUESTS, decide: bool = False) -> dict[str, Any]:
     """:func:`capacity`, searched again with more requests while the answer's run is shorter
     than :data:`STEADY_LIFETIMES` request lifetimes (generated workloads only; at most three
     times). The data's ``config`` carries the request count used."""
-    data = capacity(config, target, rtol)
+    data = capacity(config, target, rtol, decide=decide)
     for _ in range(3):
         s = data["search"]
         life = s["lifetimes"]
@@ -353,15 +405,15 @@ def steady_capacity(config: SimConfig, target: float = TARGET, rtol: float = RTO
             break
         want = math.ceil(config.requests * STEADY_LIFETIMES * 1.25 / life / 100) * 100
         config = config.replace(requests=min(max_requests, max(want, config.requests + 100)))
-        data = capacity(config, target, rtol)
+        data = capacity(config, target, rtol, decide=decide)
     return data
 
 
 def capacity_task(payload: dict[str, Any]) -> dict[str, Any]:
-    """A worker task of the planner: ``{config, target, rtol, steady}`` → :func:`capacity`'s data
-    (:func:`steady_capacity`'s when ``steady``)."""
+    """A worker task of the planner: ``{config, target, rtol, steady, decide}`` → :func:`capacity`'s
+    data (:func:`steady_capacity`'s when ``steady``; ``decide``: see :func:`search`)."""
     config = SimConfig.build(**payload["config"])
-    target, rtol = payload.get("target", TARGET), payload.get("rtol", RTOL)
+    target, rtol, decide = payload.get("target", TARGET), payload.get("rtol", RTOL), payload.get("decide", False)
     if payload.get("steady"):
-        return steady_capacity(config, target, rtol)
-    return capacity(config, target, rtol)
+        return steady_capacity(config, target, rtol, decide=decide)
+    return capacity(config, target, rtol, decide=decide)

@@ -502,8 +502,9 @@ def plan(base: SimConfig, budget: Budget, space: Space, *, target_rate: float | 
     queue = prune(alive)
     while queue:
         batch, queue = queue[:wave], queue[wave:]
-        payloads = [{"config": c.config.model_dump(), "target": target, "rtol": rtol, "steady": steady}
-                    for c in batch]
+        # a plan keeps only each search's answer: failing probes may stop once decided
+        payloads = [{"config": c.config.model_dump(), "target": target, "rtol": rtol, "steady": steady,
+                     "decide": True} for c in batch]
         for j, res in backend.map(capacity_task, payloads):
             c = batch[j]
             if isinstance(res, TaskError):
