@@ -237,8 +237,10 @@ class RateProbe:
     nothing else of a search but its answer). The run is then abandoned as soon as the steady
     requests already known to miss an SLO are too many for the target, whatever the others do:
     which requests are steady is known before the run (every request the engine does not reject
-    on arrival, and it rejects by length alone, completes), and a stamped first token or finish
-    never changes. Such a probe reports that bound as its attainment and NaN for the rest."""
+    on arrival, and it rejects by length alone, completes), a stamped first token or finish never
+    changes, and one not stamped yet comes no earlier than the clock (a request waiting longer
+    than the TTFT SLO, or decoding longer than its output at the TPOT SLO, has missed). Such a
+    probe reports that bound as its attainment and NaN for the rest."""
 
     def __init__(self, config: SimConfig, decide: float | None = None) -> None:
         from kvcargo.engine.cluster import build_params
@@ -287,6 +289,7 @@ class RateProbe:
         status = np.where(rejected, S.REJECTED, S.DONE)
         steady = steady_requests(SimpleNamespace(status=status, arrival=res.workload.arrival))
         arrival, multi = res.workload.arrival[steady], res.workload.output[steady] >= 2
+        gaps = np.maximum(1, res.workload.output[steady] - 1)
         cfg, n, target = res.config, len(steady), self.decide
 
         def stop(st: Any) -> bool:
@@ -294,9 +297,13 @@ class RateProbe:
                 return False
             first, finish = st.t[steady, S.FIRST_TOKEN], st.t[steady, S.FINISH]
             done = st.r[steady, S.STATUS] == S.DONE
-            ttft_miss = ~np.isnan(first) & ~(first - arrival <= cfg.ttft_slo)
-            tpot_miss = done & multi & ~((finish - first) / np.maximum(1, res.workload.output[steady] - 1)
-                                         <= cfg.tpot_slo)
+            # a time not stamped yet will be at least the clock: a latency is then at least
+            # what it would be now (float subtraction and division are monotone)
+            now = st.f[S.F_NOW]
+            ttft_miss = np.where(np.isnan(first), now - arrival > cfg.ttft_slo,
+                                 ~(first - arrival <= cfg.ttft_slo))
+            end = np.where(done, finish, now)
+            tpot_miss = multi & ~np.isnan(first) & ~((end - first) / gaps <= cfg.tpot_slo)
             bound = (n - int(np.count_nonzero(ttft_miss | tpot_miss))) / n
             if bound >= target:
                 return False
