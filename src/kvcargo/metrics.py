@@ -24,10 +24,16 @@ from kvcargo.engine.state import DONE, REJECTED
 from kvcargo.families import family_levers
 from kvcargo.lever_metrics import lever_summary
 from kvcargo.optical import die_areas, static_w
-from kvcargo.stats import exact_mean, exact_sum, exact_weighted_mean, percentiles, weighted_percentiles
+from kvcargo.stats import (
+    PERCENTILES,
+    exact_mean,
+    exact_sum,
+    exact_weighted_mean,
+    percentiles,
+    weighted_percentiles,
+)
 
 WARMUP_FRACTION = 0.1
-PERCENTILES = (50, 90, 99)
 STAGES = ("prefill_queue", "prefill", "kv_wait", "kv_transfer", "decode_queue", "decode")
 STAGE_OWNER = {"prefill_queue": "prefill", "prefill": "prefill", "kv_wait": "kv-link",
                "kv_transfer": "kv-link", "decode_queue": "decode", "decode": "decode"}
@@ -175,6 +181,32 @@ def latency_samples(out: EngineOutput, steady: np.ndarray) -> dict[str, np.ndarr
     }
 
 
+def slo(out: EngineOutput, steady: np.ndarray, lat: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Steady requests inside both SLOs, their share, and per second of their arrival window."""
+    cfg = out.resolved.config
+    tpot_ok = np.ones(len(steady), dtype=bool)
+    tpot_ok[out.output[steady] >= 2] = lat["tpot"] <= cfg.tpot_slo
+    met = int(np.count_nonzero((lat["ttft"] <= cfg.ttft_slo) & tpot_ok))
+    window = float(out.arrival[steady].max() - out.arrival[steady].min()) if len(steady) > 1 else 0.0
+    return {"slo_met": met, "slo_attainment": met / len(steady) if len(steady) else math.nan,
+            "goodput_rps": met / window if window > 0 else math.nan}
+
+
+def probe_figures(out: EngineOutput) -> dict[str, float]:
+    """The few summary figures a capacity probe keeps, equal to :func:`summarize`'s (a probe of a
+    search needs a tenth of its work)."""
+    steady = steady_requests(out)
+    lat = latency_samples(out, steady)
+    done = out.status == DONE
+    H = out.horizon
+    out_tokens = int(out.output[done].sum())
+    return slo(out, steady, lat) | {
+        "ttft_p99": percentiles(lat["ttft"], (99,))[0], "tpot_p99": percentiles(lat["tpot"], (99,))[0],
+        "link_busy": 0.0 if out.resolved.colocated else _network_busy(out),
+        "output_tok_per_s": out_tokens / H if H > 0 else math.nan,
+        "e2e_mean": exact_mean((out.finish - out.arrival)[steady]), "requests": len(out.arrival)}
+
+
 def summarize(out: EngineOutput) -> dict[str, Any]:
     """The run's summary (SI units: seconds, joules, watts, bytes)."""
     res = out.resolved
@@ -202,15 +234,8 @@ def summarize(out: EngineOutput) -> dict[str, Any]:
         asked = ~np.isnan(out.want_memory)
         s |= describe((out.reserved - out.want_memory)[asked], "memory_wait")
 
-    tpot_ok = np.ones(len(steady), dtype=bool)
-    tpot_ok[out.output[steady] >= 2] = lat["tpot"] <= cfg.tpot_slo
-    met = int(np.count_nonzero((lat["ttft"] <= cfg.ttft_slo) & tpot_ok))
-    window = float(out.arrival[steady].max() - out.arrival[steady].min()) if len(steady) > 1 else 0.0
     out_tokens = int(out.output[done].sum())
-    s |= {
-        "slo_met": met,
-        "slo_attainment": met / len(steady) if len(steady) else math.nan,
-        "goodput_rps": met / window if window > 0 else math.nan,
+    s |= slo(out, steady, lat) | {
         "output_tokens": out_tokens,
         "output_tok_per_s": out_tokens / H if H > 0 else math.nan,
         "req_per_s": n_done / H if H > 0 else math.nan,

@@ -7,6 +7,7 @@ only ever see numbers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -246,7 +247,8 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
                                if not res.colocated else res.kv_capacity)
     ints[S.P_MIXED] = int(mixed)
     ints[S.P_REPLAY_DECODE] = int(replay_on_decode(res.model))
-    blocks, offsets = _dense_blocks(w) if c.decode_prefix_cache else (np.zeros(1, np.int64), np.zeros(n + 1, np.int64))
+    # without a prefix cache the engine never reads them: one-element dummies (not n + 1 offsets)
+    blocks, offsets = _dense_blocks(w) if c.decode_prefix_cache else (np.zeros(1, np.int64), np.zeros(1, np.int64))
     ints[S.P_PREFIX] = int(c.decode_prefix_cache)
     ints[S.P_BLOCK_TOKENS] = BLOCK_TOKENS
     mi, mf = model_coefficients(res.model, c.lm_head)
@@ -296,20 +298,28 @@ def by_reference(obj: State | Params) -> object:
     return compiled(obj)
 
 
-def run(res: Resolved) -> EngineOutput:
-    """Simulate a resolved configuration."""
+def run(res: Resolved, built: tuple[Params, Transfers] | None = None,
+        stop: Callable[[State], bool] | None = None, log_capacity: int | None = None) -> EngineOutput | None:
+    """Simulate a resolved configuration; ``built``: its :func:`build_params`, when a caller has
+    them already (a capacity search builds them once and changes only the arrival times).
+    ``stop``: asked with the state each time ``log_capacity`` decode steps have been logged;
+    True abandons the run (None is returned), else the step log is emptied and the run goes on
+    (the output's step log then holds only the steps since: for callers that read no step
+    figures)."""
     if uses_scheduled_engine(res):
         from kvcargo.engine.scheduled import run_scheduled  # only then: the default run never loads it
 
         return run_scheduled(res)
-    params, xfer = build_params(res)
+    params, xfer = build_params(res) if built is None else built
+    del built  # the engine frees the parameters before its last copies (a caller may keep them)
     n = len(params.rf)
     n_slots = res.n_decode if res.colocated else res.n_prefill
     channels = params.pf[:, S.PF_CHANNELS].astype(np.int64)
-    # Room for a decode step per 8 output tokens (batches of 8 or more). The log is zeroed memory:
-    # pages are committed only as steps are written, so room costs nothing until used, while a
-    # full log makes the engine pause, copy the log into one twice as large and resume.
-    guess = max(1024, int(params.ri[:, S.OUTPUT].sum() // 8))
+    # Room for a decode step per 8 output tokens (batches of 8 or more), unless a caller sets it.
+    # The log is zeroed memory: pages are committed only as steps are written, so room costs
+    # nothing until used, while a full log makes the engine pause, copy the log into one twice as
+    # large and resume.
+    guess = log_capacity or max(1024, int(params.ri[:, S.OUTPUT].sum() // 8))
     st = new_state(n, n_slots, res.n_decode, res.n_prefill + res.n_decode, res.config.max_batch, channels,
                    int(params.ints[S.P_GROUPS]), bool(params.ints[S.P_FAIR]), log_capacity=guess,
                    n_blocks=int(params.blocks.max()) + 1 if params.ints[S.P_PREFIX] else 0,
@@ -320,6 +330,11 @@ def run(res: Resolved) -> EngineOutput:
     del xfer  # the other per-request figures are in the parameters now
     pr = by_reference(params)
     while (code := run_events(by_reference(st), pr)) != S.FINISHED:
+        if stop is not None and code == S.LOG_FULL:
+            if stop(st):
+                return None
+            st.i[S.I_NSTEPS] = 0
+            continue
         st = grown(st, code)
     del params, pr  # before the copies below: the largest tables go first
     k = int(st.i[S.I_NSTEPS])

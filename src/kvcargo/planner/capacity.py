@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from kvcargo import parallel
 from kvcargo.ced import replay_on_decode
-from kvcargo.config import Resolved, SimConfig, colocated_pool, resolve
+from kvcargo.config import Resolved, SimConfig, colocated_pool, load_workload, resolve
 from kvcargo.cost import Pool, kv_capacity, shape
 from kvcargo.engine import aot
 from kvcargo.errors import KvcargoError
@@ -36,6 +36,7 @@ from kvcargo.speculative import Draft, speculative_step_time
 from kvcargo.stepcost import ATTENTION, step_class
 from kvcargo.stepcost import decode_step as class_decode_step
 from kvcargo.steps import step_cost
+from kvcargo.workload import Workload
 
 TARGET = 0.9
 """Default share of (steady) requests that must meet both SLOs."""
@@ -119,9 +120,10 @@ def _decode_ceiling(config: SimConfig, model, pool: Pool, kvcap: int, p: float, 
     return b / t / max(1, o - 1), b, ctx, t
 
 
-def ceilings(config: SimConfig) -> Ceilings:
-    """The analytic ceilings of a configuration (Appendix B)."""
-    res = resolve(config)
+def ceilings(config: SimConfig, workload: Workload | None = None) -> Ceilings:
+    """The analytic ceilings of a configuration (Appendix B); ``workload``: its request stream,
+    when the caller has it (a plan's candidates share one)."""
+    res = resolve(config, workload)
     model = res.model
     p, o = mean_lengths(res)
     col_pool = colocated_pool(config, res.catalog)
@@ -224,9 +226,104 @@ def probe_summary(config: SimConfig) -> dict[str, Any]:
     return {k: float(s[k]) for k in PROBE_KEYS}
 
 
+class RateProbe:
+    """Probes of one configuration at many rates, with the same figures as :func:`probe_summary`.
+
+    For a generated workload the rate changes only the arrival times (the lengths come from the
+    same draws), so the configuration is resolved and the engine's parameters are built once; each
+    probe draws the arrivals, runs, and computes only the figures it keeps.
+
+    ``decide``: the probe only has to say whether SLO attainment reaches ``target`` (a plan keeps
+    nothing else of a search but its answer). The run is then abandoned as soon as the steady
+    requests already known to miss an SLO are too many for the target, whatever the others do:
+    which requests are steady is known before the run (every request the engine does not reject
+    on arrival, and it rejects by length alone, completes), a stamped first token or finish never
+    changes, and one not stamped yet comes no earlier than the clock (a request waiting longer
+    than the TTFT SLO, or decoding longer than its output at the TPOT SLO, has missed). Such a
+    probe reports that bound as its attainment and NaN for the rest."""
+
+    def __init__(self, config: SimConfig, decide: float | None = None) -> None:
+        from kvcargo.engine.cluster import build_params
+
+        self.res = resolve(config)
+        self.built = build_params(self.res)
+        self.decide = decide
+
+    @staticmethod
+    def applies(config: SimConfig) -> bool:
+        """Whether the rate changes nothing but the arrival times (generated requests, the default
+        engine); other configurations are probed by :func:`probe_summary`."""
+        from kvcargo.serving import session_shape
+
+        return (config.workload_file is None and config.workload is None and not config.scheduled
+                and not session_shape(config).is_session)
+
+    def __call__(self, rate: float) -> dict[str, Any]:
+        from kvcargo.engine.cluster import run
+        from kvcargo.engine.state import ARRIVAL_T
+        from kvcargo.metrics import probe_figures
+
+        config = self.res.config.model_copy(update={"rate": rate})  # a valid rate: no validation needed
+        res = replace(self.res, config=config, workload=load_workload(config))
+        params, xfer = self.built
+        rf = params.rf.copy()
+        rf[:, ARRIVAL_T] = res.workload.arrival
+        verdict: list[float] = []
+        stop = None if self.decide is None else self._stop(res, params, verdict)
+        out = run(res, (params._replace(rf=rf), xfer), stop, EARLY_LOG_ROWS if stop else None)
+        if out is None:
+            return {k: math.nan for k in PROBE_KEYS} | {"slo_attainment": verdict[0], "requests": float(len(rf))}
+        s = probe_figures(out)
+        return {k: float(s[k]) for k in PROBE_KEYS}
+
+    def _stop(self, res: Resolved, params: Any, verdict: list[float]) -> Callable[[Any], bool]:
+        """Whether a paused run can no longer reach the target (its bound goes to ``verdict``)."""
+        from types import SimpleNamespace
+
+        from kvcargo.engine import state as S
+        from kvcargo.metrics import steady_requests
+
+        ri, ints = params.ri, params.ints
+        rejected = (ri[:, S.UNITS] > ints[S.P_KVCAP]) | (
+            bool(ints[S.P_RESERVE]) & (ri[:, S.PROMPT] > ints[S.P_PREFILL_KVCAP]))  # as on arrival
+        status = np.where(rejected, S.REJECTED, S.DONE)
+        steady = steady_requests(SimpleNamespace(status=status, arrival=res.workload.arrival))
+        arrival, multi = res.workload.arrival[steady], res.workload.output[steady] >= 2
+        gaps = np.maximum(1, res.workload.output[steady] - 1)
+        cfg, n, target = res.config, len(steady), self.decide
+
+        def stop(st: Any) -> bool:
+            if n == 0:
+                return False
+            first, finish = st.t[steady, S.FIRST_TOKEN], st.t[steady, S.FINISH]
+            done = st.r[steady, S.STATUS] == S.DONE
+            # a time not stamped yet will be at least the clock: a latency is then at least
+            # what it would be now (float subtraction and division are monotone)
+            now = st.f[S.F_NOW]
+            ttft_miss = np.where(np.isnan(first), now - arrival > cfg.ttft_slo,
+                                 ~(first - arrival <= cfg.ttft_slo))
+            end = np.where(done, finish, now)
+            tpot_miss = multi & ~np.isnan(first) & ~((end - first) / gaps <= cfg.tpot_slo)
+            bound = (n - int(np.count_nonzero(ttft_miss | tpot_miss))) / n
+            if bound >= target:
+                return False
+            verdict.append(bound)
+            return True
+
+        return stop
+
+
+EARLY_LOG_ROWS = 4096
+"""Decode steps between the checks of a deciding probe (its step log's size: a probe reads no
+step figure, so the log is emptied at each check)."""
+
+
 def search(config: SimConfig, target: float = TARGET, rtol: float = RTOL, start: float | None = None,
-           probe: Callable[[SimConfig], dict[str, Any]] = probe_summary) -> Search:
-    """Highest sustainable rate of ``config`` (its ``rate`` is ignored; everything else is kept)."""
+           probe: Callable[[SimConfig], dict[str, Any]] | None = None, decide: bool = False) -> Search:
+    """Highest sustainable rate of ``config`` (its ``rate`` is ignored; everything else is kept).
+    ``probe``: how a rate is measured (default: a simulation, :class:`RateProbe` where it applies).
+    ``decide``: failing probes may stop as soon as they are decided (the same answer and probe
+    count; a stopped probe's figures are NaN, its attainment a bound)."""
     check_target(target, rtol)
     if config.time_scale is not None:
         raise KvcargoError("capacity searches the arrival rate: drop --time-scale")
@@ -235,11 +332,19 @@ def search(config: SimConfig, target: float = TARGET, rtol: float = RTOL, start:
     if not (start > 0 and math.isfinite(start)):
         raise KvcargoError(f"cannot search from a rate of {start!r} req/s")
     result = Search(0.0, target, rtol, start, 0.0, start, False)
-    if probe is probe_summary:  # the engine: compile it now if the whole search pays for it
+    if probe is None:  # the engine: compile it now if the whole search pays for it
         aot.prepare(expected_probes(rtol) * config.requests, accumulate=False)
+    measure: Callable[[float], dict[str, Any]]
+    if probe is None and RateProbe.applies(config):
+        measure = RateProbe(config, target if decide else None)
+    else:
+        given = probe or probe_summary
+
+        def measure(rate: float) -> dict[str, Any]:
+            return given(config.replace(rate=rate))
 
     def ok(rate: float) -> bool:
-        s = probe(config.replace(rate=rate))
+        s = measure(rate)
         met = s["slo_attainment"]
         good = bool(met >= target)  # NaN (nothing completed) is a miss
         result.probes.append({"rate": rate, **s, "ok": good})
@@ -280,12 +385,13 @@ def check_target(target: float, rtol: float) -> None:
 
 
 def capacity(config: SimConfig, target: float = TARGET, rtol: float = RTOL,
-             do_search: bool = True) -> dict[str, Any]:
-    """Ceilings and (optionally) the search, as plain data (what ``capacity --json`` prints)."""
+             do_search: bool = True, decide: bool = False) -> dict[str, Any]:
+    """Ceilings and (optionally) the search, as plain data (what ``capacity --json`` prints);
+    ``decide``: see :func:`search`."""
     ceil = ceilings(config)
     out: dict[str, Any] = {"config": config.model_dump(), "ceilings": ceil.as_dict()}
     if do_search:
-        out["search"] = search(config, target, rtol, ceil.bound).as_dict()
+        out["search"] = search(config, target, rtol, ceil.bound, decide=decide).as_dict()
     return out
 
 
@@ -294,11 +400,11 @@ MAX_STEADY_REQUESTS = 50_000
 
 
 def steady_capacity(config: SimConfig, target: float = TARGET, rtol: float = RTOL,
-                    max_requests: int = MAX_STEADY_REQUESTS) -> dict[str, Any]:
+                    max_requests: int = MAX_STEADY_REQUESTS, decide: bool = False) -> dict[str, Any]:
     """:func:`capacity`, searched again with more requests while the answer's run is shorter
     than :data:`STEADY_LIFETIMES` request lifetimes (generated workloads only; at most three
     times). The data's ``config`` carries the request count used."""
-    data = capacity(config, target, rtol)
+    data = capacity(config, target, rtol, decide=decide)
     for _ in range(3):
         s = data["search"]
         life = s["lifetimes"]
@@ -306,15 +412,15 @@ def steady_capacity(config: SimConfig, target: float = TARGET, rtol: float = RTO
             break
         want = math.ceil(config.requests * STEADY_LIFETIMES * 1.25 / life / 100) * 100
         config = config.replace(requests=min(max_requests, max(want, config.requests + 100)))
-        data = capacity(config, target, rtol)
+        data = capacity(config, target, rtol, decide=decide)
     return data
 
 
 def capacity_task(payload: dict[str, Any]) -> dict[str, Any]:
-    """A worker task of the planner: ``{config, target, rtol, steady}`` → :func:`capacity`'s data
-    (:func:`steady_capacity`'s when ``steady``)."""
+    """A worker task of the planner: ``{config, target, rtol, steady, decide}`` → :func:`capacity`'s
+    data (:func:`steady_capacity`'s when ``steady``; ``decide``: see :func:`search`)."""
     config = SimConfig.build(**payload["config"])
-    target, rtol = payload.get("target", TARGET), payload.get("rtol", RTOL)
+    target, rtol, decide = payload.get("target", TARGET), payload.get("rtol", RTOL), payload.get("decide", False)
     if payload.get("steady"):
-        return steady_capacity(config, target, rtol)
-    return capacity(config, target, rtol)
+        return steady_capacity(config, target, rtol, decide=decide)
+    return capacity(config, target, rtol, decide=decide)

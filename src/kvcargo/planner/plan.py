@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from kvcargo import catalog as catalog_mod
-from kvcargo.config import SimConfig, without_handoff
+from kvcargo.config import SimConfig, load_workload, without_handoff
 from kvcargo.cost import Pool, kv_capacity
 from kvcargo.errors import KvcargoError
 from kvcargo.planner.backends import Backend, InlineBackend, TaskError
@@ -42,6 +42,7 @@ from kvcargo.planner.capacity import (
 from kvcargo.report.command import command_line
 from kvcargo.report.levers import lever_config
 from kvcargo.report.text import count
+from kvcargo.workload import Workload
 
 CostKind = Literal["gpus", "usd", "power"]
 COST_KINDS: tuple[str, ...] = ("gpus", "usd", "power")
@@ -456,9 +457,10 @@ def plan(base: SimConfig, budget: Budget, space: Space, *, target_rate: float | 
     counts = {"candidates": len(cands), "do_not_fit": 0, "below_target": 0, "dominated": 0,
               "simulated": 0, "failed": 0}
     alive: list[Candidate] = []
+    workload = shared_workload(cands[0].config)
     for c in cands:
         try:
-            ceil = ceilings(c.config)
+            ceil = ceilings(c.config, workload)
         except KvcargoError as exc:
             c.status, c.error = "does not fit", str(exc)
             counts["do_not_fit"] += 1
@@ -503,8 +505,9 @@ def plan(base: SimConfig, budget: Budget, space: Space, *, target_rate: float | 
     queue = prune(alive)
     while queue:
         batch, queue = queue[:wave], queue[wave:]
-        payloads = [{"config": c.config.model_dump(), "target": target, "rtol": rtol, "steady": steady}
-                    for c in batch]
+        # a plan keeps only each search's answer: failing probes may stop once decided
+        payloads = [{"config": c.config.model_dump(), "target": target, "rtol": rtol, "steady": steady,
+                     "decide": True} for c in batch]
         for j, res in backend.map(capacity_task, payloads):
             c = batch[j]
             if isinstance(res, TaskError):
@@ -561,6 +564,16 @@ def plan(base: SimConfig, budget: Budget, space: Space, *, target_rate: float | 
     sims = sum(c.simulations for c in done)
     return PlanResult(base, budget, cost, target_rate, target, rtol, cands, front, best, efficient, counts,
                       sims, time.perf_counter() - t0, getattr(backend, "name", "?"), notes, dict(factors))
+
+
+def shared_workload(config: SimConfig) -> Workload | None:
+    """The request stream every candidate simulates (they differ in hardware, never in the
+    workload): drawn or read once for all their ceilings. None where it cannot be built (each
+    candidate then reports why)."""
+    try:
+        return load_workload(config)
+    except KvcargoError:
+        return None
 
 
 def observed(done: list[Candidate]) -> dict[str, float]:

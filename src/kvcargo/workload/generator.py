@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -49,6 +51,14 @@ CHUNK = 1 << 20
 
 def generate(n: int, rate: float, prompt: LengthDist, output: LengthDist, seed: int = 1) -> Workload:
     """``n`` Poisson arrivals at ``rate`` req/s with lognormal prompt and output lengths."""
+    return next(generate_chunks(n, rate, prompt, output, seed, n))
+
+
+def generate_chunks(n: int, rate: float, prompt: LengthDist, output: LengthDist, seed: int = 1,
+                    size: int = CHUNK) -> Iterator[Workload]:
+    """:func:`generate`'s requests, ``size`` at a time (the last chunk may be shorter): the same
+    random stream, so the chunks put together are :func:`generate`'s workload bit for bit, and
+    a long run never holds more than a chunk of it. Each chunk's ``clipped_*`` counts its own."""
     if n < 1:
         raise KvcargoError(f"number of requests must be >= 1, got {n}")
     if not (rate > 0 and math.isfinite(rate)):
@@ -59,20 +69,39 @@ def generate(n: int, rate: float, prompt: LengthDist, output: LengthDist, seed: 
     aot.prepare(n, accumulate=False, unit_plain_s=DRAW_PLAIN_S)
     from kvcargo.workload.draws import draw_requests, uniforms
 
+    # ~6.5 uniforms per request, drawn a bounded batch at a time
+    u, state = first_uniforms(seed, min(7 * n + 64, CHUNK))
+    rng = random.Random()
+    rng.setstate(state)
+    pos, t, first = 0, 0.0, 0
+    p_par, o_par = prompt.params(), output.params()
+    while first < n:
+        k = min(size, n - first)
+        arrival = np.empty(k, dtype=np.float64)
+        plen = np.empty(k, dtype=np.int64)
+        olen = np.empty(k, dtype=np.int64)
+        clipped = np.zeros(2, dtype=np.int64)
+        done = 0
+        while True:
+            done, pos, t = draw_requests(u, pos, done, t, float(rate), p_par, o_par, arrival, plen, olen,
+                                         clipped)
+            if done == k:
+                break
+            u = np.concatenate([u[pos:], uniforms(rng, min(7 * (n - first - done) + 64, CHUNK))])
+            pos = 0
+        first += k
+        yield Workload(arrival, plen, olen, source=f"poisson rate={rate:g} seed={seed}",
+                       clipped_prompts=int(clipped[0]), clipped_outputs=int(clipped[1]))
+
+
+@lru_cache(maxsize=4)
+def first_uniforms(seed: int, k: int) -> tuple[np.ndarray, tuple]:
+    """The first ``k`` uniforms of ``random.Random(seed)`` (read-only) and the generator's state
+    after them. Cached: a capacity search or a plan draws the same stream at every rate (only the
+    arrival times scale), and drawing it is most of a small run's workload cost."""
+    from kvcargo.workload.draws import uniforms
+
     rng = random.Random(seed)
-    arrival = np.empty(n, dtype=np.float64)
-    plen = np.empty(n, dtype=np.int64)
-    olen = np.empty(n, dtype=np.int64)
-    clipped = np.zeros(2, dtype=np.int64)
-    done, pos, t = 0, 0, 0.0
-    chunk = min(7 * n + 64, CHUNK)  # ~6.5 uniforms per request, drawn a bounded batch at a time
-    u = uniforms(rng, chunk)
-    while True:
-        done, pos, t = draw_requests(u, pos, done, t, float(rate), prompt.params(), output.params(),
-                                     arrival, plen, olen, clipped)
-        if done == n:
-            break
-        u = np.concatenate([u[pos:], uniforms(rng, min(7 * (n - done) + 64, CHUNK))])
-        pos = 0
-    return Workload(arrival, plen, olen, source=f"poisson rate={rate:g} seed={seed}",
-                    clipped_prompts=int(clipped[0]), clipped_outputs=int(clipped[1]))
+    u = uniforms(rng, k)
+    u.flags.writeable = False
+    return u, rng.getstate()
