@@ -75,8 +75,11 @@ class Run:
         return f"{self.wall:.2f} s ({self.cpu:.2f} s CPU)"
 
 
-ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-"""Children as a user's installation runs them: with compiled bytecode (.pyc) on disk."""
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {
+    t: os.environ.get(t, "1") for t in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+"""Children as a user's installation runs them: with compiled bytecode (.pyc) on disk, and numpy's
+BLAS on one thread as the ``kvcargo`` command sets it, so that the SimPy side (which imports
+numpy through kvcargo's configuration) does not pay thread start-up that kvcargo's side avoids."""
 
 
 def child(args: list[str], repeat: int = 1, env: dict[str, str] | None = None) -> Run:
