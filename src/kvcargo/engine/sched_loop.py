@@ -20,6 +20,9 @@ import math
 
 from kvcargo._jit import kernel
 from kvcargo.cost import mixed_work as _mixed_work
+from kvcargo.engine.heap import A as HEAP_A
+from kvcargo.engine.heap import B as HEAP_B
+from kvcargo.engine.heap import heap_pop, heap_push
 from kvcargo.engine.kernels import elementwise_pass, roofline
 from kvcargo.engine.sched_memory import (
     became_decoding,
@@ -117,8 +120,6 @@ from kvcargo.engine.sched_state import (
     NBYTES,
     NEXT,
     NORMAL,
-    O,
-    P,
     PINST,
     POOL,
     PREFILL,
@@ -130,8 +131,8 @@ from kvcargo.engine.sched_state import (
     RECOMPUTED,
     ROLE,
     RUN,
-    RUN_INT,
     RUN_INST,
+    RUN_INT,
     RUN_M,
     RUN_ORD,
     RUN_R,
@@ -146,7 +147,6 @@ from kvcargo.engine.sched_state import (
     STEPS,
     SUCC,
     SW_LEN,
-    T,
     THINK,
     TOK,
     TOK_INT,
@@ -164,6 +164,9 @@ from kvcargo.engine.sched_state import (
     XFER_INIT,
     XFER_J,
     XFER_T,
+    O,
+    P,
+    T,
 )
 
 mixed_work = kernel(_mixed_work, inline=True)
@@ -172,24 +175,9 @@ mixed_work = kernel(_mixed_work, inline=True)
 # ------------------------------------------------------------------ the event heap
 
 
-@kernel(inline=True)
-def _earlier(st, a, t, prio, seq):
-    """Whether heap slot ``a`` orders before an event (t, prio, seq)."""
-    ta = st.evt[a]
-    if ta != t:
-        return ta < t
-    if st.evi[a, 0] != prio:
-        return st.evi[a, 0] < prio
-    return st.evi[a, 1] < seq
-
-
-@kernel(inline=True)
-def _put(st, slot, t, prio, seq, kind, idx):
-    st.evt[slot] = t
-    st.evi[slot, 0] = prio
-    st.evi[slot, 1] = seq
-    st.evi[slot, 2] = kind
-    st.evi[slot, 3] = idx
+SEQ_SPAN = 1 << 40
+"""Events order by (time, priority, sequence); the shared heap breaks ties by one integer,
+priority · SEQ_SPAN + sequence, the same order while a run schedules fewer than 2⁴⁰ events."""
 
 
 @kernel(inline=True)
@@ -197,36 +185,18 @@ def schedule(st, t, prio, kind, idx):
     """Put an event on the heap (SimPy's ``env.schedule``)."""
     seq = st.g[G_SEQ]
     st.g[G_SEQ] = seq + 1
-    i = st.g[G_NEV]
-    st.g[G_NEV] = i + 1
-    while i > 0:
-        parent = (i - 1) >> 1
-        if _earlier(st, parent, t, prio, seq):
-            break
-        _put(st, i, st.evt[parent], st.evi[parent, 0], st.evi[parent, 1], st.evi[parent, 2], st.evi[parent, 3])
-        i = parent
-    _put(st, i, t, prio, seq, kind, idx)
+    n = st.g[G_NEV]
+    heap_push(st.evt, st.evi, 0, n, t, prio * SEQ_SPAN + seq, kind, idx)
+    st.g[G_NEV] = n + 1
 
 
 @kernel(inline=True)
 def pop_event(st):
     """Remove the earliest event: (time, kind, index)."""
-    t, kind, idx = st.evt[0], st.evi[0, 2], st.evi[0, 3]
-    n = st.g[G_NEV] - 1
-    st.g[G_NEV] = n
-    lt, lp, ls, lk, li = st.evt[n], st.evi[n, 0], st.evi[n, 1], st.evi[n, 2], st.evi[n, 3]
-    i = 0
-    while True:
-        child = 2 * i + 1
-        if child >= n:
-            break
-        if child + 1 < n and _earlier(st, child + 1, st.evt[child], st.evi[child, 0], st.evi[child, 1]):
-            child += 1
-        if not _earlier(st, child, lt, lp, ls):
-            break
-        _put(st, i, st.evt[child], st.evi[child, 0], st.evi[child, 1], st.evi[child, 2], st.evi[child, 3])
-        i = child
-    _put(st, i, lt, lp, ls, lk, li)
+    t, kind, idx = st.evt[0, 0], st.evi[0, 0, HEAP_A], st.evi[0, 0, HEAP_B]
+    n = st.g[G_NEV]
+    heap_pop(st.evt, st.evi, 0, n)
+    st.g[G_NEV] = n - 1
     return t, kind, idx
 
 
@@ -733,7 +703,7 @@ def run_events(st):
     while st.g[G_STOP] == 0:
         if st.g[G_NEV] == 0:
             return STALLED
-        if st.g[G_NEV] + room_needed + st.g[G_INBOX] > st.evt.shape[0]:
+        if st.g[G_NEV] + room_needed + st.g[G_INBOX] > st.evt.shape[1]:
             return EVENTS_FULL
         if st.g[G_NSTEPS] + 2 > st.logf.shape[0]:
             return LOG_FULL

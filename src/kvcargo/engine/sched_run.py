@@ -17,6 +17,7 @@ from kvcargo import _jit
 from kvcargo.config import Resolved
 from kvcargo.cost import kv_capacity, model_coefficients, shape
 from kvcargo.engine import sched_state as S
+from kvcargo.engine.heap import ITEMS
 from kvcargo.engine.sched_gaps import per_request
 from kvcargo.engine.scheduled import WATERMARK, _sum
 from kvcargo.errors import KvcargoError
@@ -110,7 +111,7 @@ def build(res: Resolved, xfer: Any) -> S.SchedState:
     return S.SchedState(
         rf=rf, ri=ri, ii=ii, fi=np.zeros((m, 11)), run=np.zeros((m, rows), dtype=np.int64),
         snap=np.zeros((m, rows), dtype=np.int64), snapc=np.zeros((m, rows), dtype=np.int64),
-        evt=np.zeros(events), evi=np.zeros((events, 4), dtype=np.int64), g=g, gf=np.zeros(4), cfg=cfg, cf=cf,
+        evt=np.zeros((1, events)), evi=ITEMS.new(1, events), g=g, gf=np.zeros(4), cfg=cfg, cf=cf,
         hf=hf, mi=mi, mf=mf, roots=roots, logf=np.zeros((log, 2)), logi=np.zeros((log, 2), dtype=np.int64),
         runi=np.zeros((n + 4 * rows + 64, 4), dtype=np.int64), runf=np.zeros(n + 4 * rows + 64),
         spi=np.zeros((4 * rows + 64, 4), dtype=np.int64), spf=np.zeros((4 * rows + 64, 2)))

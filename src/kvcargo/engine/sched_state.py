@@ -12,6 +12,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from kvcargo.engine.heap import ITEMS
+
 # Event kinds; the heap orders (time, priority, sequence) as SimPy does.
 ARRIVE, WAKE, STEP_END, XFER_INIT, XFER_GRANT, XFER_DONE, LINK_RELEASE, TURN = range(8)
 URGENT, NORMAL = 0, 1
@@ -77,7 +79,8 @@ class SchedState(NamedTuple):
     """... and the chunks' sizes."""
     evt: np.ndarray
     evi: np.ndarray
-    """Pending events: time; priority, sequence, kind, index (a binary heap)."""
+    """Pending events, one heap of :mod:`kvcargo.engine.heap`: time; priority and sequence as one
+    tie-breaker, kind, index."""
     g: np.ndarray
     gf: np.ndarray
     cfg: np.ndarray
@@ -112,8 +115,11 @@ def grown(st: SchedState, code: int) -> SchedState:
         b[: a.shape[0]] = a
         return b
 
-    if code == EVENTS_FULL:
-        return st._replace(evt=double(st.evt), evi=double(st.evi))
+    if code == EVENTS_FULL:  # one heap (kvcargo.engine.heap): its entries run along the second axis
+        k, cap = int(st.g[G_NEV]), 2 * st.evt.shape[1]
+        evt, evi = np.zeros((1, cap)), ITEMS.new(1, cap)
+        evt[:, :k], evi[:, :k] = st.evt[:, :k], st.evi[:, :k]
+        return st._replace(evt=evt, evi=evi)
     if code == LOG_FULL:
         return st._replace(logf=double(st.logf), logi=double(st.logi))
     if code == RUNS_FULL:
