@@ -33,6 +33,16 @@ def fifo_push(links, ends, row, head, tail, item):
 
 
 @kernel(inline=True)
+def fifo_push_front(links, ends, row, head, tail, item):
+    """Put ``item`` at the head of that FIFO (it leaves first)."""
+    first = ends[row, head]
+    links[item] = first
+    ends[row, head] = item
+    if first < 0:
+        ends[row, tail] = item
+
+
+@kernel(inline=True)
 def fifo_pop(links, ends, row, head, tail):
     """Remove and return the head of that FIFO (it is not empty)."""
     item = ends[row, head]

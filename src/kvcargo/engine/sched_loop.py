@@ -24,6 +24,7 @@ from kvcargo.engine.heap import A as HEAP_A
 from kvcargo.engine.heap import B as HEAP_B
 from kvcargo.engine.heap import heap_pop, heap_push
 from kvcargo.engine.kernels import elementwise_pass, roofline
+from kvcargo.engine.lists import fifo_pop, fifo_push
 from kvcargo.engine.sched_memory import (
     became_decoding,
     grow,
@@ -84,8 +85,6 @@ from kvcargo.engine.sched_state import (
     FLOPS,
     G_DONE,
     G_INBOX,
-    G_LINK_HEAD,
-    G_LINK_TAIL,
     G_LINK_USERS,
     G_NEV,
     G_NEXT_ROOT,
@@ -111,6 +110,8 @@ from kvcargo.engine.sched_state import (
     LAST_STEP,
     LINK_RELEASE,
     LOG_FULL,
+    LQ_HEAD,
+    LQ_TAIL,
     MAX_ROWS,
     N_CHUNK,
     N_DEC,
@@ -118,7 +119,6 @@ from kvcargo.engine.sched_state import (
     N_PREFILLING,
     N_RUN,
     NBYTES,
-    NEXT,
     NORMAL,
     PINST,
     POOL,
@@ -375,12 +375,8 @@ def hand_off(st, r):
 def link_trigger(st):
     """A link request or release: grant the head waiter if a channel is free (SimPy's
     ``Resource._trigger_put``, which looks at the head only)."""
-    r = st.g[G_LINK_HEAD]
-    if r >= 0 and st.g[G_LINK_USERS] < st.cfg[C_CHANNELS]:
-        nxt = st.ri[r, NEXT]
-        st.g[G_LINK_HEAD] = nxt
-        if nxt < 0:
-            st.g[G_LINK_TAIL] = -1
+    if st.lq[0, LQ_HEAD] >= 0 and st.g[G_LINK_USERS] < st.cfg[C_CHANNELS]:
+        r = fifo_pop(st.nxt, st.lq, 0, LQ_HEAD, LQ_TAIL)
         st.g[G_LINK_USERS] += 1
         schedule(st, st.gf[F_NOW], NORMAL, XFER_GRANT, r)
 
@@ -390,13 +386,7 @@ def transfer_event(st, kind, r):
     """The hand-off process of request ``r``: start (request a channel), granted, done."""
     now = st.gf[F_NOW]
     if kind == XFER_INIT:
-        st.ri[r, NEXT] = -1
-        last = st.g[G_LINK_TAIL]
-        if last < 0:
-            st.g[G_LINK_HEAD] = r
-        else:
-            st.ri[last, NEXT] = r
-        st.g[G_LINK_TAIL] = r
+        fifo_push(st.nxt, st.lq, 0, LQ_HEAD, LQ_TAIL, r)
         link_trigger(st)
     elif kind == XFER_GRANT:
         st.rf[r, KS] = now

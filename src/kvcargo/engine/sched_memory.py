@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from kvcargo._jit import kernel
+from kvcargo.engine.lists import fifo_pop, fifo_push, fifo_push_front
 from kvcargo.engine.sched_state import (
     ALLOC,
     ALLOCATED,
@@ -33,7 +34,6 @@ from kvcargo.engine.sched_state import (
     MAXLEN,
     N_PREFILLING,
     N_RUN,
-    NEXT,
     PAGED,
     POW2,
     PREEMPTED_AT,
@@ -68,26 +68,15 @@ from kvcargo.engine.sched_state import (
 @kernel(inline=True)
 def push(st, d, head, tail, length, r):
     """Append request ``r`` to instance ``d``'s list whose ends are columns ``head``, ``tail``."""
-    st.ri[r, NEXT] = -1
-    last = st.ii[d, tail]
-    if last < 0:
-        st.ii[d, head] = r
-    else:
-        st.ri[last, NEXT] = r
-    st.ii[d, tail] = r
+    fifo_push(st.nxt, st.ii, d, head, tail, r)
     st.ii[d, length] += 1
 
 
 @kernel(inline=True)
 def pop(st, d, head, tail, length):
     """Remove and return the head of instance ``d``'s list."""
-    r = st.ii[d, head]
-    nxt = st.ri[r, NEXT]
-    st.ii[d, head] = nxt
-    if nxt < 0:
-        st.ii[d, tail] = -1
     st.ii[d, length] -= 1
-    return r
+    return fifo_pop(st.nxt, st.ii, d, head, tail)
 
 
 @kernel(inline=True)
@@ -106,11 +95,7 @@ def queue_pop(st, d):
 @kernel(inline=True)
 def queue_push_front(st, d, r):
     """A recompute victim goes to the front of the queue."""
-    head = st.ii[d, Q_HEAD]
-    st.ri[r, NEXT] = head
-    st.ii[d, Q_HEAD] = r
-    if head < 0:
-        st.ii[d, Q_TAIL] = r
+    fifo_push_front(st.nxt, st.ii, d, Q_HEAD, Q_TAIL, r)
     st.ii[d, Q_LEN] += 1
     st.ii[d, Q_TOKENS] += st.ri[r, P]
 
@@ -176,12 +161,12 @@ def swapped_insert(st, d, r):
     cur = st.ii[d, SW_HEAD]
     while cur >= 0 and not before(st, r, cur):
         prev = cur
-        cur = st.ri[cur, NEXT]
-    st.ri[r, NEXT] = cur
+        cur = st.nxt[cur]
+    st.nxt[r] = cur
     if prev < 0:
         st.ii[d, SW_HEAD] = r
     else:
-        st.ri[prev, NEXT] = r
+        st.nxt[prev] = r
     st.ii[d, SW_LEN] += 1
 
 
@@ -353,7 +338,7 @@ def swap_in(st, d):
         n = st.ri[r, SWAPPED_UNITS]
         if not room(st, d, n):
             return
-        st.ii[d, SW_HEAD] = st.ri[r, NEXT]
+        st.ii[d, SW_HEAD] = st.nxt[r]
         st.ii[d, SW_LEN] -= 1
         st.ii[d, SWAP_IN] += swap_cost(st, d, n)
         st.ii[d, USED] += n

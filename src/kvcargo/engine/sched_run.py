@@ -62,10 +62,10 @@ def build(res: Resolved, xfer: Any) -> S.SchedState:
     rf = np.zeros((n, 15))
     rf[:, [S.PS, S.FIRST, S.KS, S.KR, S.DS, S.FIN, S.LAST, S.PREEMPTED_AT]] = np.nan
     rf[:, S.ARR] = w.arrival
-    ri = _line_aligned(n, 16)
+    ri = _line_aligned(n, S.RI_WIDTH)
     ri[:, S.P] = w.prompt
     ri[:, S.O] = w.output
-    ri[:, [S.PINST, S.DINST, S.NEXT, S.SUCC, S.RUN]] = -1
+    ri[:, [S.PINST, S.DINST, S.SUCC, S.RUN]] = -1
     ri[:, S.LAST_STEP] = -2
     s = w.sessions
     if s is not None:
@@ -104,12 +104,11 @@ def build(res: Resolved, xfer: Any) -> S.SchedState:
     cf = np.array([host.bandwidth, host.latency, host.pj_per_bit])
     hf = np.stack([res.prefill_pool.coefficients() if not res.colocated else res.decode_pool.coefficients(),
                    res.decode_pool.coefficients()])
-    g = np.zeros(14, dtype=np.int64)
-    g[[S.G_LINK_HEAD, S.G_LINK_TAIL]] = -1
+    g = np.zeros(12, dtype=np.int64)
     events = 4 * rows + 4 * m + 64
     log = max(1024, int(np.sum(w.output)) // 64)
     return S.SchedState(
-        rf=rf, ri=ri, ii=ii, fi=np.zeros((m, 11)), run=np.zeros((m, rows), dtype=np.int64),
+        rf=rf, ri=ri, nxt=np.full(n, -1, dtype=np.int64), lq=np.full((1, 2), -1, dtype=np.int64), ii=ii, fi=np.zeros((m, 11)), run=np.zeros((m, rows), dtype=np.int64),
         snap=np.zeros((m, rows), dtype=np.int64), snapc=np.zeros((m, rows), dtype=np.int64),
         evt=np.zeros((1, events)), evi=ITEMS.new(1, events), g=g, gf=np.zeros(4), cfg=cfg, cf=cf,
         hf=hf, mi=mi, mf=mf, roots=roots, logf=np.zeros((log, 2)), logi=np.zeros((log, 2), dtype=np.int64),

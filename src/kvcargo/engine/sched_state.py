@@ -3,7 +3,8 @@ request or per token), so the same event loop runs as plain Python or compiled b
 
 Columns are named by the constants below (``st.rf[r, FIRST]``). Request lists (an instance's
 FIFO queue, its decode inbox and landed list, its swapped list, the link's waiting transfers)
-are intrusive, threaded through the ``NEXT`` column: a request sits in at most one at a time.
+are the FIFOs of :mod:`kvcargo.engine.lists`, threaded through ``nxt``: a request sits in at most
+one at a time.
 """
 
 from __future__ import annotations
@@ -34,9 +35,11 @@ SPAN_RECOMPUTE, SPAN_SWAP = range(2)
  EP_BYTES) = range(15)
 # ``ri``: per-request integers (TOK: tokens out; LAST_STEP: the logged step of its last token,
 # -2 if that step was not logged; RUN: its current run of token gaps, -1 none). What every step
-# reads of a running row comes first: one cache line.
-(P, O, T, DONE_TOK, ALLOC, TOK, LAST_STEP, RUN, BASE, SWAPPED_UNITS, HELD, STATUS, PINST, DINST, NEXT,
- SUCC) = range(16)
+# reads of a running row comes first: one cache line (rows are padded to RI_WIDTH columns, two
+# whole lines).
+(P, O, T, DONE_TOK, ALLOC, TOK, LAST_STEP, RUN, BASE, SWAPPED_UNITS, HELD, STATUS, PINST, DINST,
+ SUCC) = range(15)
+RI_WIDTH = 16
 # ``ii``: per-instance integers (N_PREFILLING: running rows still prefilling).
 (ROLE, POOL, INDEX, CAP, UNIT, WMARK, MAX_ROWS, USED, Q_HEAD, Q_TAIL, Q_LEN, Q_TOKENS, IB_HEAD, IB_TAIL, IB_LEN,
  IN_FLIGHT, L_HEAD, L_TAIL, L_LEN, SW_HEAD, SW_LEN, N_RUN, N_PREFILLING, STATE, STEP_KIND, N_DEC, N_CHUNK,
@@ -47,8 +50,10 @@ SPAN_RECOMPUTE, SPAN_SWAP = range(2)
 # ``fi``: per-instance floats (accumulated in step order).
 (BUSY, FLOPS, NBYTES, E_C, E_M, RUN_INT, TOK_INT, ALLOC_INT, SWAP_S, SWAP_J, DEBT) = range(11)
 # ``g``: integer scalars.
-(G_SEQ, G_NEV, G_DONE, G_REJ, G_STOP, G_NSTEPS, G_NRUNS, G_NSPANS, G_LINK_USERS, G_LINK_HEAD, G_LINK_TAIL,
- G_XFERS, G_NEXT_ROOT, G_INBOX) = range(14)
+(G_SEQ, G_NEV, G_DONE, G_REJ, G_STOP, G_NSTEPS, G_NRUNS, G_NSPANS, G_LINK_USERS, G_XFERS, G_NEXT_ROOT,
+ G_INBOX) = range(12)
+# ``lq``: the ends of the link's list of waiting hand-offs (one row).
+LQ_HEAD, LQ_TAIL = range(2)
 # ``gf``: float scalars.
 F_NOW, F_LINK_BUSY, F_LINK_J, F_TRANSIT_J = range(4)
 # ``cfg``: the lever settings.
@@ -69,6 +74,9 @@ class SchedState(NamedTuple):
 
     rf: np.ndarray
     ri: np.ndarray
+    nxt: np.ndarray
+    """Per request: the next request of the list it sits in (-1: the last)."""
+    lq: np.ndarray
     ii: np.ndarray
     fi: np.ndarray
     run: np.ndarray
