@@ -109,7 +109,11 @@ from kvcargo.engine.sched_state import (
     LAST,
     LAST_STEP,
     LINK_RELEASE,
+    LOG_END,
     LOG_FULL,
+    LOG_INST,
+    LOG_ROWS,
+    LOG_START,
     LQ_HEAD,
     LQ_TAIL,
     MAX_ROWS,
@@ -216,7 +220,7 @@ def last_token(st, r):
     """When request ``r`` got its last token: the end of its logged step (the same float as the
     step's end event), else the time kept for it."""
     j = st.ri[r, LAST_STEP]
-    return st.logf[j, 1] if j >= 0 else st.rf[r, LAST]
+    return st.logf[j, LOG_END] if j >= 0 else st.rf[r, LAST]
 
 
 @kernel(inline=True)
@@ -474,10 +478,10 @@ def start_step(st, d, kind):
     st.ii[d, CUR_LOG] = -1
     if ndec:
         j = st.g[G_NSTEPS]
-        st.logf[j, 0] = now
-        st.logf[j, 1] = now + dt
-        st.logi[j, 0] = st.ii[d, INDEX]
-        st.logi[j, 1] = ndec
+        st.logf[j, LOG_START] = now
+        st.logf[j, LOG_END] = now + dt
+        st.logi[j, LOG_INST] = st.ii[d, INDEX]
+        st.logi[j, LOG_ROWS] = ndec
         st.ii[d, N_LOGGED] += 1
         st.g[G_NSTEPS] = j + 1
         st.ii[d, CUR_LOG] = j

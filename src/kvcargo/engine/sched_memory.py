@@ -45,8 +45,14 @@ from kvcargo.engine.sched_state import (
     Q_TAIL,
     Q_TOKENS,
     ROLE,
+    SPAN_FROM,
+    SPAN_INST,
+    SPAN_KIND,
+    SPAN_R,
     SPAN_RECOMPUTE,
+    SPAN_ROLE,
     SPAN_SWAP,
+    SPAN_TO,
     SW_HEAD,
     SW_LEN,
     SWAP_IN,
@@ -236,12 +242,12 @@ def span(st, d, r, kind):
         k = st.g[G_NSPANS]
         if k >= st.spi.shape[0]:
             raise IndexError("preemption spans beyond the table's capacity")
-        st.spi[k, 0] = kind
-        st.spi[k, 1] = st.ii[d, ROLE]
-        st.spi[k, 2] = st.ii[d, INDEX]
-        st.spi[k, 3] = r
-        st.spf[k, 0] = st.rf[r, PREEMPTED_AT]
-        st.spf[k, 1] = st.gf[F_NOW]
+        st.spi[k, SPAN_KIND] = kind
+        st.spi[k, SPAN_ROLE] = st.ii[d, ROLE]
+        st.spi[k, SPAN_INST] = st.ii[d, INDEX]
+        st.spi[k, SPAN_R] = r
+        st.spf[k, SPAN_FROM] = st.rf[r, PREEMPTED_AT]
+        st.spf[k, SPAN_TO] = st.gf[F_NOW]
         st.g[G_NSPANS] = k + 1
         st.rf[r, PREEMPTED_AT] = math.nan
 

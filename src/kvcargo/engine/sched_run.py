@@ -59,14 +59,12 @@ def build(res: Resolved, xfer: Any) -> S.SchedState:
     unit = block if paged else 1
     npre = 0 if res.colocated else res.n_prefill
     m = npre + res.n_decode
-    rf = np.zeros((n, 15))
-    rf[:, [S.PS, S.FIRST, S.KS, S.KR, S.DS, S.FIN, S.LAST, S.PREEMPTED_AT]] = np.nan
+    rf = S.REQUEST_FLOATS.new(n)
     rf[:, S.ARR] = w.arrival
     ri = _line_aligned(n, S.RI_WIDTH)
+    ri[:, : S.REQUEST_INTS.width] = S.REQUEST_INTS.fresh
     ri[:, S.P] = w.prompt
     ri[:, S.O] = w.output
-    ri[:, [S.PINST, S.DINST, S.SUCC, S.RUN]] = -1
-    ri[:, S.LAST_STEP] = -2
     s = w.sessions
     if s is not None:
         ri[:, S.SUCC] = s.successor
@@ -83,8 +81,7 @@ def build(res: Resolved, xfer: Any) -> S.SchedState:
             handoff = shape(model).handoff_bytes(np.asarray(w.prompt, dtype=np.int64))
             rf[:, S.EP_OPS], rf[:, S.EP_BYTES] = endpoint_work(comp, handoff, np.asarray(w.prompt), model.kv_bytes)
     rows = S.rows_capacity(budget, n)
-    ii = np.zeros((m, 39), dtype=np.int64)
-    ii[:, [S.Q_HEAD, S.Q_TAIL, S.IB_HEAD, S.IB_TAIL, S.L_HEAD, S.L_TAIL, S.SW_HEAD, S.CUR_LOG, S.PREV_LOG]] = -1
+    ii = S.INSTANCE_INTS.new(m)
     for d in range(m):
         role = S.COLOCATED if res.colocated else (S.PREFILL if d < npre else S.DECODE)
         kvcap = kv_capacity(model, res.prefill_pool) if role == S.PREFILL else res.kv_capacity
@@ -94,26 +91,27 @@ def build(res: Resolved, xfer: Any) -> S.SchedState:
         ii[d, S.WMARK] = math.floor(WATERMARK * cap) if paged and role != S.PREFILL else 0
         ii[d, S.MAX_ROWS] = S.ROWS_FLOOR if role != S.PREFILL else 1 << 62
         ii[d, S.STATE] = S.ACTIVE
-    cfg = np.zeros(12, dtype=np.int64)
+    cfg = S.SETTINGS.new()
     cfg[S.C_POLICY], cfg[S.C_KVP], cfg[S.C_BUDGET] = POLICIES[c.batch_policy], KV_POLICIES[c.kv_policy], budget
     cfg[S.C_BLOCK], cfg[S.C_MAX_SEQ] = block, c.max_seq_len or DEFAULT_MAX_SEQ_LEN
     cfg[S.C_SWAP] = (c.preemption or DEFAULT_PREEMPTION) == "swap"
     cfg[S.C_COLOCATED], cfg[S.C_NPRE], cfg[S.C_NDEC] = res.colocated, npre, res.n_decode
     cfg[S.C_ENDPOINT], cfg[S.C_CHANNELS] = endpoint, 0 if res.colocated else res.channels
     cfg[S.C_KV_TOK] = int(shape(model).kv_per_token)
-    cf = np.array([host.bandwidth, host.latency, host.pj_per_bit])
+    cf = S.HOST_LINK.new()
+    cf[S.H_BW], cf[S.H_LATENCY], cf[S.H_PJ] = host.bandwidth, host.latency, host.pj_per_bit
     hf = np.stack([res.prefill_pool.coefficients() if not res.colocated else res.decode_pool.coefficients(),
                    res.decode_pool.coefficients()])
-    g = np.zeros(12, dtype=np.int64)
+    g = S.INT_SCALARS.new()
     events = 4 * rows + 4 * m + 64
     log = max(1024, int(np.sum(w.output)) // 64)
     return S.SchedState(
-        rf=rf, ri=ri, nxt=np.full(n, -1, dtype=np.int64), lq=np.full((1, 2), -1, dtype=np.int64), ii=ii, fi=np.zeros((m, 11)), run=np.zeros((m, rows), dtype=np.int64),
+        rf=rf, ri=ri, nxt=np.full(n, -1, dtype=np.int64), lq=S.LINK_QUEUE.new(1), ii=ii, fi=S.INSTANCE_FLOATS.new(m), run=np.zeros((m, rows), dtype=np.int64),
         snap=np.zeros((m, rows), dtype=np.int64), snapc=np.zeros((m, rows), dtype=np.int64),
-        evt=np.zeros((1, events)), evi=ITEMS.new(1, events), g=g, gf=np.zeros(4), cfg=cfg, cf=cf,
-        hf=hf, mi=mi, mf=mf, roots=roots, logf=np.zeros((log, 2)), logi=np.zeros((log, 2), dtype=np.int64),
-        runi=np.zeros((n + 4 * rows + 64, 4), dtype=np.int64), runf=np.zeros(n + 4 * rows + 64),
-        spi=np.zeros((4 * rows + 64, 4), dtype=np.int64), spf=np.zeros((4 * rows + 64, 2)))
+        evt=np.zeros((1, events)), evi=ITEMS.new(1, events), g=g, gf=S.FLOAT_SCALARS.new(), cfg=cfg, cf=cf,
+        hf=hf, mi=mi, mf=mf, roots=roots, logf=S.LOG_TIMES.new(log), logi=S.LOG_INTS.new(log),
+        runi=S.RUNS.new(n + 4 * rows + 64), runf=np.zeros(n + 4 * rows + 64),
+        spi=S.SPAN_INTS.new(4 * rows + 64), spf=S.SPAN_TIMES.new(4 * rows + 64))
 
 
 def simulate_arrays(st: S.SchedState) -> S.SchedState:
@@ -173,7 +171,7 @@ def run_arrays(res: Resolved):  # type: ignore[no-untyped-def]
     logf, logi = st.logf[:k].copy(), st.logi[:k].copy()
     itl_values = itl_offsets = None
     if int(np.sum(np.maximum(ri[:, S.O] - 1, 0))) <= EXPANDED_GAPS_MAX:
-        itl_values, itl_offsets = per_request(logf[:, 1], logi[:, 0], res.n_decode, runi, runf, n)
+        itl_values, itl_offsets = per_request(logf[:, S.LOG_END], logi[:, S.LOG_INST], res.n_decode, runi, runf, n)
     stats = np.column_stack([st.fi[:, [S.BUSY, S.FLOPS, S.NBYTES, S.E_C, S.E_M]], st.ii[:, S.STEPS]]).astype(float)
     spans = [(SPAN_NAMES[a], ROLES[b], int(i), int(r), float(s0), float(s1))
              for (a, b, i, r), (s0, s1) in zip(st.spi[:ns].tolist(), st.spf[:ns].tolist())]

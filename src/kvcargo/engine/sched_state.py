@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from kvcargo.engine.heap import ITEMS
+from kvcargo.engine.layout import Table, publish
 
 # Event kinds; the heap orders (time, priority, sequence) as SimPy does.
 ARRIVE, WAKE, STEP_END, XFER_INIT, XFER_GRANT, XFER_DONE, LINK_RELEASE, TURN = range(8)
@@ -29,42 +30,53 @@ SLEEPING, WAKING, ACTIVE = range(3)
 PROMPT_STEP, DECODE_STEP, CHUNKED_STEP = range(3)
 SPAN_RECOMPUTE, SPAN_SWAP = range(2)
 
+NAN = float("nan")
 # ``rf``: per-request floats (LAST: the time of its last token when that step was not logged;
 # a logged step's end is in the log).
-(LAST, ARR, PS, FIRST, KS, KR, DS, FIN, PREEMPTED_AT, THINK, XFER_T, XFER_J, TRANSIT_J, EP_OPS,
- EP_BYTES) = range(15)
+REQUEST_FLOATS = Table(np.float64, LAST=NAN, ARR=0, PS=NAN, FIRST=NAN, KS=NAN, KR=NAN, DS=NAN, FIN=NAN,
+                       PREEMPTED_AT=NAN, THINK=0, XFER_T=0, XFER_J=0, TRANSIT_J=0, EP_OPS=0, EP_BYTES=0)
 # ``ri``: per-request integers (TOK: tokens out; LAST_STEP: the logged step of its last token,
 # -2 if that step was not logged; RUN: its current run of token gaps, -1 none). What every step
 # reads of a running row comes first: one cache line (rows are padded to RI_WIDTH columns, two
 # whole lines).
-(P, O, T, DONE_TOK, ALLOC, TOK, LAST_STEP, RUN, BASE, SWAPPED_UNITS, HELD, STATUS, PINST, DINST,
- SUCC) = range(15)
+REQUEST_INTS = Table(np.int64, P=0, O=0, T=0, DONE_TOK=0, ALLOC=0, TOK=0, LAST_STEP=-2, RUN=-1, BASE=0,
+                     SWAPPED_UNITS=0, HELD=0, STATUS=0, PINST=-1, DINST=-1, SUCC=-1)
 RI_WIDTH = 16
-# ``ii``: per-instance integers (N_PREFILLING: running rows still prefilling).
-(ROLE, POOL, INDEX, CAP, UNIT, WMARK, MAX_ROWS, USED, Q_HEAD, Q_TAIL, Q_LEN, Q_TOKENS, IB_HEAD, IB_TAIL, IB_LEN,
- IN_FLIGHT, L_HEAD, L_TAIL, L_LEN, SW_HEAD, SW_LEN, N_RUN, N_PREFILLING, STATE, STEP_KIND, N_DEC, N_CHUNK,
- STEPS, COMPUTED, RECOMPUTED, PREEMPTIONS, SWAP_OUT, SWAP_IN, CUR_LOG, PREV_LOG, N_LOGGED, CONTEXT, TOKENS,
- ALLOCATED) = range(39)
-# CONTEXT, TOKENS, ALLOCATED: over the running rows, kept as they change, Σ (p + tokens out) of the
-# decoding rows, Σ (done + tokens out − base) and Σ alloc (what a step prices and integrates).
+# ``ii``: per-instance integers (N_PREFILLING: running rows still prefilling). CONTEXT, TOKENS,
+# ALLOCATED: over the running rows, kept as they change, Σ (p + tokens out) of the decoding rows,
+# Σ (done + tokens out − base) and Σ alloc (what a step prices and integrates).
+INSTANCE_INTS = Table(np.int64, ROLE=0, POOL=0, INDEX=0, CAP=0, UNIT=0, WMARK=0, MAX_ROWS=0, USED=0, Q_HEAD=-1,
+                      Q_TAIL=-1, Q_LEN=0, Q_TOKENS=0, IB_HEAD=-1, IB_TAIL=-1, IB_LEN=0, IN_FLIGHT=0, L_HEAD=-1,
+                      L_TAIL=-1, L_LEN=0, SW_HEAD=-1, SW_LEN=0, N_RUN=0, N_PREFILLING=0, STATE=0, STEP_KIND=0,
+                      N_DEC=0, N_CHUNK=0, STEPS=0, COMPUTED=0, RECOMPUTED=0, PREEMPTIONS=0, SWAP_OUT=0, SWAP_IN=0,
+                      CUR_LOG=-1, PREV_LOG=-1, N_LOGGED=0, CONTEXT=0, TOKENS=0, ALLOCATED=0)
 # ``fi``: per-instance floats (accumulated in step order).
-(BUSY, FLOPS, NBYTES, E_C, E_M, RUN_INT, TOK_INT, ALLOC_INT, SWAP_S, SWAP_J, DEBT) = range(11)
+INSTANCE_FLOATS = Table(np.float64, BUSY=0, FLOPS=0, NBYTES=0, E_C=0, E_M=0, RUN_INT=0, TOK_INT=0, ALLOC_INT=0,
+                        SWAP_S=0, SWAP_J=0, DEBT=0)
 # ``g``: integer scalars.
-(G_SEQ, G_NEV, G_DONE, G_REJ, G_STOP, G_NSTEPS, G_NRUNS, G_NSPANS, G_LINK_USERS, G_XFERS, G_NEXT_ROOT,
- G_INBOX) = range(12)
+INT_SCALARS = Table(np.int64, G_SEQ=0, G_NEV=0, G_DONE=0, G_REJ=0, G_STOP=0, G_NSTEPS=0, G_NRUNS=0, G_NSPANS=0,
+                    G_LINK_USERS=0, G_XFERS=0, G_NEXT_ROOT=0, G_INBOX=0)
 # ``lq``: the ends of the link's list of waiting hand-offs (one row).
-LQ_HEAD, LQ_TAIL = range(2)
+LINK_QUEUE = Table(np.int64, LQ_HEAD=-1, LQ_TAIL=-1)
 # ``gf``: float scalars.
-F_NOW, F_LINK_BUSY, F_LINK_J, F_TRANSIT_J = range(4)
+FLOAT_SCALARS = Table(np.float64, F_NOW=0, F_LINK_BUSY=0, F_LINK_J=0, F_TRANSIT_J=0)
 # ``cfg``: the lever settings.
-(C_POLICY, C_KVP, C_BUDGET, C_BLOCK, C_MAX_SEQ, C_SWAP, C_COLOCATED, C_NPRE, C_NDEC, C_ENDPOINT, C_CHANNELS,
- C_KV_TOK) = range(12)
+SETTINGS = Table(np.int64, C_POLICY=0, C_KVP=0, C_BUDGET=0, C_BLOCK=0, C_MAX_SEQ=0, C_SWAP=0, C_COLOCATED=0,
+                 C_NPRE=0, C_NDEC=0, C_ENDPOINT=0, C_CHANNELS=0, C_KV_TOK=0)
 # ``cf``: the host link of swap.
-H_BW, H_LATENCY, H_PJ = range(3)
+HOST_LINK = Table(np.float64, H_BW=0, H_LATENCY=0, H_PJ=0)
+# ``logf``/``logi``: the logged steps, in start order (start, end; instance index, decode rows).
+LOG_TIMES = Table(np.float64, LOG_START=0, LOG_END=0)
+LOG_INTS = Table(np.int64, LOG_INST=0, LOG_ROWS=0)
 # ``runi``: one run of a request's tokens on consecutive logged steps of one instance (request,
 # instance, ordinal of its first step among the instance's logged steps or -1, tokens in it);
 # ``runf``: the gap before its first token (NaN: that token was the request's first).
-RUN_R, RUN_INST, RUN_ORD, RUN_M = range(4)
+RUNS = Table(np.int64, RUN_R=0, RUN_INST=0, RUN_ORD=0, RUN_M=0)
+# ``spi``/``spf``: preemption and swap spans (kind, role, instance index, request; from, to).
+SPAN_INTS = Table(np.int64, SPAN_KIND=0, SPAN_ROLE=0, SPAN_INST=0, SPAN_R=0)
+SPAN_TIMES = Table(np.float64, SPAN_FROM=0, SPAN_TO=0)
+publish(globals(), REQUEST_FLOATS, REQUEST_INTS, INSTANCE_INTS, INSTANCE_FLOATS, INT_SCALARS, LINK_QUEUE,
+        FLOAT_SCALARS, SETTINGS, HOST_LINK, LOG_TIMES, LOG_INTS, RUNS, SPAN_INTS, SPAN_TIMES)
 ROWS_FLOOR = 256
 """Batch cap of colocated and decode instances (rows)."""
 
@@ -124,7 +136,7 @@ def grown(st: SchedState, code: int) -> SchedState:
         return b
 
     if code == EVENTS_FULL:  # one heap (kvcargo.engine.heap): its entries run along the second axis
-        k, cap = int(st.g[G_NEV]), 2 * st.evt.shape[1]
+        k, cap = int(st.g[INT_SCALARS["G_NEV"]]), 2 * st.evt.shape[1]
         evt, evi = np.zeros((1, cap)), ITEMS.new(1, cap)
         evt[:, :k], evi[:, :k] = st.evt[:, :k], st.evi[:, :k]
         return st._replace(evt=evt, evi=evi)
