@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import typing
+from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -29,7 +30,6 @@ CostModel = Literal["roofline", "calibrated"]
 """Step-cost models (``--cost-model``): a new one is named here once."""
 LinkModel = Literal["line-rate", "measured"]
 """Link models (``--link-model``)."""
-
 
 
 def attribute_docstrings(model: M) -> M:
@@ -53,7 +53,7 @@ def _field_docstrings(path: str, qualname: str) -> dict[str, str]:
     import ast
     import inspect
 
-    tree = ast.parse(open(path, encoding="utf-8").read())
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"))
     body = next(n.body for n in tree.body if isinstance(n, ast.ClassDef) and n.name == qualname)
     return {a.target.id: inspect.cleandoc(b.value.value) for a, b in zip(body, body[1:])
             if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr)

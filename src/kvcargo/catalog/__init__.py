@@ -9,7 +9,6 @@ names the file, the entry and the field.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -371,21 +370,14 @@ def load(extra_files: Iterable[str | Path] = ()) -> Catalog:
     set of files as they stand (a plan resolves the same files for every candidate); an edited
     file is read again."""
     files = tuple(str(p) for p in extra_files)
-    return _load(tuple((f, _stamp(f)) for f in files)) if files else builtin()
-
-
-def _stamp(path: str) -> tuple[int, int] | None:
-    """What tells one version of a file from another: its modification time and size."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None  # reading it fails with the file's name
-    return st.st_mtime_ns, st.st_size
+    return _load(cachefiles.stamp(files)) if files else builtin()
 
 
 @lru_cache(maxsize=32)
-def _load(files: tuple[tuple[str, tuple[int, int] | None], ...]) -> Catalog:
+def _load(files: tuple[tuple[str, int, int], ...]) -> Catalog:
+    """The catalog of ``files`` as :func:`kvcargo.cachefiles.stamp` gives them (a missing file's
+    stamp is -1: reading it fails with the file's name)."""
     cat = builtin()
-    for path, _ in files:
+    for path, _, _ in files:
         cat = cat.extended(path)
     return cat
