@@ -547,8 +547,8 @@ def test_bad_calculator_queries_get_a_422_json_line(client, query: str, expected
 def test_an_unknown_catalog_key_names_its_parameter(client) -> None:
     """Every parameter that names a catalog entry, on both endpoints: 422 from the handler (no
     worker here), the parameter in ``field`` (the page marks it and shows its label) and the choices."""
-    from kvcargo.web.checks import CATALOG_FIELDS
     from kvcargo.params import HandoffConfig
+    from kvcargo.web.checks import CATALOG_FIELDS
 
     for name in CATALOG_FIELDS:
         r = client.post("/api/simulate", json={name: "nope"} | ({"tp": 1} if name == "scale_up_link" else {})

@@ -7,7 +7,6 @@ import pytest
 from kvcargo import SimConfig
 from kvcargo.errors import KvcargoError
 from kvcargo.planner.capacity import search
-from kvcargo.report.command import command_line
 from kvcargo.planner.plan import (
     Budget,
     Candidate,
@@ -16,6 +15,7 @@ from kvcargo.planner.plan import (
     pareto_front,
     plan,
 )
+from kvcargo.report.command import command_line
 
 BASE = SimConfig(requests=400)
 

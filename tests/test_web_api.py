@@ -22,8 +22,8 @@ with warnings.catch_warnings():  # starlette's notice that its test client will 
 
 from kvcargo import catalog as catalog_mod  # noqa: E402
 from kvcargo import simulate  # noqa: E402
-from kvcargo.report.data import jsonable  # noqa: E402
 from kvcargo.config import SimConfig  # noqa: E402
+from kvcargo.report.data import jsonable  # noqa: E402
 from kvcargo.report.timeseries import interval_series, latency_samples, link_series, plot_data  # noqa: E402
 from kvcargo.web import create_app  # noqa: E402
 from kvcargo.web.presets import PRESETS, chapter_text  # noqa: E402

@@ -299,7 +299,7 @@ def fit(rows: list[StepRow], catalog_files: tuple[str, ...] = ()) -> dict[tuple[
             c = comm_scale.get(dev, 1.0)
             for tp, o in fit_decode(tps, compute + c * comm, y).items():
                 fields[(dev, tp)].update(decode_scale=1.0, decode_overhead_s=o)
-    for (dev, tp), f in fields.items():
+    for (dev, _tp), f in fields.items():
         f["comm_scale"] = comm_scale.get(dev, 1.0)
     return {key: Framework(**f) for key, f in sorted(fields.items())}
 

@@ -21,10 +21,10 @@ os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
 for _threads in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_threads, "1")
 
-import click
+import click  # noqa: E402 - after the environment above, which numpy reads when imported
 
-from kvcargo import cachefiles
-from kvcargo.errors import KvcargoError
+from kvcargo import cachefiles  # noqa: E402
+from kvcargo.errors import KvcargoError  # noqa: E402
 
 COMMANDS = ("handoff", "catalog", "simulate", "step", "reproduce", "sweep", "capacity", "plan", "ui", "trace-stats",
             "validate", "calibrate")

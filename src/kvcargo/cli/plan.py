@@ -9,9 +9,9 @@ from typing import Any
 import click
 
 from kvcargo.cli.options import field_options
-from kvcargo.report.data import jsonable
 from kvcargo.cli.sweep import backend_options, describe_backend, open_backend, show_progress
 from kvcargo.config import SimConfig
+from kvcargo.report.data import jsonable
 from kvcargo.report.text import count
 
 

@@ -11,8 +11,8 @@ from typing import Any
 import click
 
 from kvcargo.cli.options import given_params, sim_options
-from kvcargo.report.data import jsonable
 from kvcargo.outputs import atomic_path
+from kvcargo.report.data import jsonable
 from kvcargo.report.text import count
 
 

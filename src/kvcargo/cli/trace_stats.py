@@ -21,8 +21,8 @@ def command(file: str, as_json: bool, bucket: float | None, model: str | None, *
     """Requests, duration, length percentiles, arrival-rate timeline, burstiness and prefix reuse
     of a trace (Mooncake JSONL, Azure 2023 CSV, kvcargo CSV, JSON rows or a mapped CSV/JSONL)."""
     from kvcargo import catalog as catalog_mod
-    from kvcargo.report.data import jsonable
     from kvcargo.config import load_workload
+    from kvcargo.report.data import jsonable
     from kvcargo.report.trace_stats import render
     from kvcargo.workload.stats import trace_stats
 
