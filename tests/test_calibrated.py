@@ -325,6 +325,42 @@ def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], args: list[st
     assert message in err and len(err.strip().splitlines()) == 1
 
 
+STEPS = "model,device,tp,phase,batch,tokens,time_s\n"
+REQUESTS = "model,device,tp,prompt,output,ttft_s,tpot_s,batch\n"
+SPLITWISE = "model,hardware,prompt_size,batch_size,token_size,prompt_time,token_time,tensor_parallel\n"
+SEND_RECV = "size,devices_per_node,time_stats.send_recv.median\n4096,1,0.02\n"
+
+
+@pytest.mark.parametrize("flags, content, message", [
+    ([], b"\xff\xfe\x00garbage\n", "not UTF-8 text"),
+    ([], STEPS + "llama2-70b,h100,2,prefill,1,512\n", "line 2: time_s must be a finite number > 0, got nothing"),
+    ([], STEPS + "llama2-70b,h100,2,prefill,1,512,inf\n", "line 2: time_s must be a finite number > 0, got 'inf'"),
+    ([], STEPS + "llama2-70b,h100,0,prefill,1,512,0.05\n", "line 2: tp must be an integer >= 1, got '0'"),
+    ([], STEPS + "llama2-70b,h100,2,prefill,1.5,512,0.05\n", "line 2: batch must be an integer >= 1, got '1.5'"),
+    ([], STEPS + "llama2-70b,h100,2,prefill,1,0.5,0.05\n", "line 2: tokens must be >= 1, got '0.5'"),
+    ([], STEPS + "llama2-70b,h100,2,both,1,512,0.05\n", "line 2: phase must be prefill or decode, got 'both'"),
+    ([], REQUESTS + "llama2-70b,h100,2,512,128,0.05\n", "line 2: tpot_s must be a finite number > 0, got nothing"),
+    ([], REQUESTS + "llama2-70b,h100,2,512,128,0.05,0.02,0\n", "line 2: batch must be an integer >= 1"),
+    ([], SPLITWISE + "llama2-70b,h100-80gb,512,1,128,-5,50,2\n", "line 2: prompt_time must be a finite number > 0"),
+    ([], SPLITWISE + "llama2-70b,h100-80gb,512,1,128,100,50,0\n", "line 2: tensor_parallel must be an integer >= 1"),
+    ([], SPLITWISE + "llama2-70b,v100,512,1,128,100,50,2\n", "no rows of hardware a100-80gb, h100-80gb (found v100)"),
+    ([], "model,hardware,prompt_time\n", "not a Splitwise perf_model CSV (missing columns tensor_parallel"),
+    (["--link", "ib-ndr"], SEND_RECV + "8192,1,nan\n", "line 3: time_stats.send_recv.median must be a finite"),
+    (["--link", "ib-ndr"], "size,devices_per_node\n", "not a Vidur send_recv CSV (missing columns"),
+])
+def test_malformed_measurements_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str],
+                                             content: str | bytes, message: str) -> None:
+    """A malformed measurement file, row or cell is refused naming the line and the cell, never
+    fitted (an infinite or negative time would give constants of nan or 0)."""
+    path = tmp_path / "m.csv"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--send-recv" if flags else "--steps", str(path), *flags])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_non_bf16_models_are_refused(tmp_path: Path) -> None:
     cat = tmp_path / "fp8.toml"
     cat.write_text('[models.small-fp8]\nlayers = 2\nd_model = 1024\nheads = 8\nkv_heads = 8\nd_ff = 4096\n'
