@@ -19,7 +19,8 @@ import pytest
 from kvcargo import SimConfig, catalog, simulate
 from kvcargo.calibrate import calibrate
 from kvcargo.calibrated import CS_DECODE_OVERHEAD, CalibratedPool, calibrated_pool, pj_scale, tabulate
-from kvcargo.calibration_fit import KernelTime, builtin_constants, framework, parse_constants, read_splitwise
+from kvcargo.calibration_fit import (KernelTime, builtin_constants, fit, framework, parse_constants, read_splitwise,
+                                     read_steps)
 from kvcargo.cli import main
 from kvcargo.cost import Pool
 from kvcargo.errors import KvcargoError
@@ -278,6 +279,23 @@ def _write(tmp_path: Path, text: str) -> Path:
     out = tmp_path / "overlay.toml"
     out.write_text(text)
     return out
+
+
+def test_a_degree_measured_in_one_phase_takes_the_other_phase_from_its_neighbours(tmp_path: Path) -> None:
+    """Prefill measured at TP 1 only, decode at TP 1 and 2: TP 2 shares TP 1's prefill constants
+    (they are per device), so TP 4 does not extrapolate them towards 0, which priced a prefill at
+    its all-reduces alone; decode measured at TP 1 only gives TP 2 the same overhead."""
+    path = tmp_path / "steps.csv"
+    path.write_text("model,device,tp,phase,batch,tokens,time_s\n"
+                    "llama3-8b,h200,1,prefill,1,512,0.03\nllama3-8b,h200,1,prefill,1,2048,0.09\n"
+                    "llama3-8b,h200,1,decode,8,600,0.012\nllama3-8b,h200,2,decode,8,600,0.010\n"
+                    "llama3-8b,h100,1,decode,8,600,0.012\nllama3-8b,h100,2,prefill,1,2048,0.05\n")
+    table = fit(read_steps(path))
+    tp1, tp2 = table[("h200", 1)], table[("h200", 2)]
+    assert (tp2.prefill_scale, tp2.prefill_host_s_per_layer) == (tp1.prefill_scale, tp1.prefill_host_s_per_layer)
+    assert tp1.prefill_scale > 1 and tp2.decode_overhead_s != tp1.decode_overhead_s
+    assert framework("h200", 4, table).prefill_scale == tp1.prefill_scale
+    assert table[("h100", 2)].decode_overhead_s == table[("h100", 1)].decode_overhead_s > 0
 
 
 def test_framework_interpolates_in_log_tp() -> None:

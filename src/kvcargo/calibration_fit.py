@@ -277,16 +277,21 @@ def fit_prefill(compute: np.ndarray, comm: np.ndarray, layers: np.ndarray,
 
 def fit(rows: list[StepRow], catalog_files: tuple[str, ...] = ()) -> dict[tuple[str, int], Framework]:
     """Fitted constants per (device, TP) from measured steps (module doc): the prefill scales and
-    host time per device, shared by its TP degrees; then the decode overhead per TP degree with
-    the device's all-reduce scale (a device without prefill rows keeps 1; a phase without rows
-    keeps the neutral constants)."""
+    host time per device, shared by all its TP degrees; then the decode overhead per TP degree with
+    the device's all-reduce scale. A TP degree measured in one phase only takes the other phase's
+    constants as :func:`framework` would give them (shared, or interpolated between the measured
+    degrees), not neutral ones, which would drag the interpolation to other degrees; a device
+    without prefill rows keeps scales of 1, one without decode rows no overhead."""
     from kvcargo import catalog
 
     cat = catalog.load(catalog_files)
     by: dict[tuple[str, str], list[tuple[int, KernelTime, int, float]]] = defaultdict(list)
     for r in rows:
         by[(r.device, r.phase)].append((r.tp, kernel_time(r, catalog_files), cat.model(r.model).layers, r.measured_s))
-    fields: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
+    degrees: dict[str, set[int]] = defaultdict(set)
+    for r in rows:
+        degrees[r.device].add(r.tp)
+    fields: dict[tuple[str, int], dict[str, float]] = {(d, t): {} for d, ts in degrees.items() for t in ts}
     comm_scale: dict[str, float] = {}
     for (dev, phase), pts in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1] != "prefill")):
         tps = np.array([p[0] for p in pts], dtype=np.int64)
@@ -296,12 +301,14 @@ def fit(rows: list[StepRow], catalog_files: tuple[str, ...] = ()) -> dict[tuple[
         y = np.array([p[3] for p in pts])
         if phase == "prefill":
             scale, comm_scale[dev], host = fit_prefill(compute, comm, layers, y)
-            for tp in set(tps.tolist()):
+            for tp in degrees[dev]:
                 fields[(dev, tp)].update(prefill_scale=scale, prefill_host_s_per_layer=host)
         else:
             c = comm_scale.get(dev, 1.0)
-            for tp, o in fit_decode(tps, compute + c * comm, y).items():
-                fields[(dev, tp)].update(decode_scale=1.0, decode_overhead_s=o)
+            fitted = {(dev, tp): Framework(decode_overhead_s=o) for tp, o in fit_decode(tps, compute + c * comm, y).items()}
+            for tp in degrees[dev]:
+                fields[(dev, tp)].update(decode_scale=1.0,
+                                         decode_overhead_s=framework(dev, tp, fitted).decode_overhead_s)
     for (dev, _tp), f in fields.items():
         f["comm_scale"] = comm_scale.get(dev, 1.0)
     return {key: Framework(**f) for key, f in sorted(fields.items())}
