@@ -379,6 +379,35 @@ def test_malformed_measurements_are_one_line(tmp_path: Path, capsys: pytest.Capt
     assert message in err and len(err.strip().splitlines()) == 1, err
 
 
+H100_ENTRY = ('[devices."h100"]\nname = "H100"\npeak_flops = 989e12\nhbm_bw = 3.35e12\ncapacity = 80e9\n'
+              'tdp_w = 700.0\nidle_w = 100.0\npj_per_flop = 1.0\npj_per_byte = 60.0\n')
+
+
+@pytest.mark.parametrize("fields, message", [
+    ("framework = { tp2 = { prefill_scale = -1.0 } }", "prefill_scale must be a finite number > 0 (a slowdown factor)"),
+    ("framework = { tp2 = { comm_scale = 0.0 } }", "comm_scale must be a finite number > 0"),
+    ("framework = { tp2 = { decode_overhead_s = nan } }", "decode_overhead_s must be a finite number >= 0 (seconds)"),
+    ("framework = { tp0 = { prefill_scale = 1.0 } }", "expected a table named tpN (N >= 1)"),
+    ('kernel_tables = "JUNK"', "is not a .npz of arrays"),
+    ('kernel_tables = "NPZ"', "lacks gemm_m, gemm_n"),
+])
+def test_bad_calibration_overlay_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], fields: str,
+                                             message: str) -> None:
+    """Framework constants that would price a step at nothing or nan (a scale <= 0, a non-finite
+    overhead, TP 0) and kernel-table files that are not the converter's are refused, not tracebacks."""
+    (tmp_path / "junk.npz").write_bytes(b"junk")
+    np.savez(tmp_path / "other.npz", a=np.zeros(3))
+    fields = fields.replace("JUNK", str(tmp_path / "junk.npz")).replace("NPZ", str(tmp_path / "other.npz"))
+    overlay_file = tmp_path / "overlay.toml"
+    overlay_file.write_text(H100_ENTRY + fields + "\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["step", "--phase", "prefill", "--prompt", "512", "--devices-per-instance", "2",
+              "--cost-model", "calibrated", "--catalog", str(overlay_file)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_non_bf16_models_are_refused(tmp_path: Path) -> None:
     cat = tmp_path / "fp8.toml"
     cat.write_text('[models.small-fp8]\nlayers = 2\nd_model = 1024\nheads = 8\nkv_heads = 8\nd_ff = 4096\n'

@@ -31,6 +31,7 @@ a device with none runs unscaled with no overhead.
 from __future__ import annotations
 
 import bisect
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import cache
@@ -102,12 +103,17 @@ def parse_constants(doc: dict) -> dict[tuple[str, int], Framework]:
     out = {}
     for device, per_tp in doc.items():
         for tp_key, fields in per_tp.items():
-            if not tp_key.startswith("tp") or not tp_key[2:].isdigit():
-                raise KvcargoError(f"framework constants [{device}.{tp_key}]: expected a table named tpN")
+            if not tp_key.startswith("tp") or not tp_key[2:].isdigit() or int(tp_key[2:]) < 1:
+                raise KvcargoError(f"framework constants [{device}.{tp_key}]: expected a table named tpN (N >= 1)")
             known = set(Framework.__dataclass_fields__)
             if set(fields) - known:
                 raise KvcargoError(f"framework constants [{device}.{tp_key}]: unknown "
                                    f"{', '.join(sorted(set(fields) - known))}; valid: {', '.join(sorted(known))}")
+            for k, v in fields.items():
+                if not (math.isfinite(v) and (v > 0 if k.endswith("scale") else v >= 0)):
+                    raise KvcargoError(f"framework constants [{device}.{tp_key}]: {k} must be a finite number "
+                                       f"{'> 0 (a slowdown factor)' if k.endswith('scale') else '>= 0 (seconds)'}, "
+                                       f"got {v!r}")
             out[(device, int(tp_key[2:]))] = Framework(**fields)
     return out
 
