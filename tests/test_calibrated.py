@@ -19,8 +19,15 @@ import pytest
 from kvcargo import SimConfig, catalog, simulate
 from kvcargo.calibrate import calibrate
 from kvcargo.calibrated import CS_DECODE_OVERHEAD, CalibratedPool, calibrated_pool, pj_scale, tabulate
-from kvcargo.calibration_fit import (KernelTime, builtin_constants, fit, framework, parse_constants, read_splitwise,
-                                     read_steps)
+from kvcargo.calibration_fit import (
+    KernelTime,
+    builtin_constants,
+    fit,
+    framework,
+    parse_constants,
+    read_splitwise,
+    read_steps,
+)
 from kvcargo.cli import main
 from kvcargo.cost import Pool
 from kvcargo.errors import KvcargoError
