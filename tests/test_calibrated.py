@@ -19,7 +19,15 @@ import pytest
 from kvcargo import SimConfig, catalog, simulate
 from kvcargo.calibrate import calibrate
 from kvcargo.calibrated import CS_DECODE_OVERHEAD, CalibratedPool, calibrated_pool, pj_scale, tabulate
-from kvcargo.calibration_fit import KernelTime, builtin_constants, framework, parse_constants, read_splitwise
+from kvcargo.calibration_fit import (
+    KernelTime,
+    builtin_constants,
+    fit,
+    framework,
+    parse_constants,
+    read_splitwise,
+    read_steps,
+)
 from kvcargo.cli import main
 from kvcargo.cost import Pool
 from kvcargo.errors import KvcargoError
@@ -280,6 +288,23 @@ def _write(tmp_path: Path, text: str) -> Path:
     return out
 
 
+def test_a_degree_measured_in_one_phase_takes_the_other_phase_from_its_neighbours(tmp_path: Path) -> None:
+    """Prefill measured at TP 1 only, decode at TP 1 and 2: TP 2 shares TP 1's prefill constants
+    (they are per device), so TP 4 does not extrapolate them towards 0, which priced a prefill at
+    its all-reduces alone; decode measured at TP 1 only gives TP 2 the same overhead."""
+    path = tmp_path / "steps.csv"
+    path.write_text("model,device,tp,phase,batch,tokens,time_s\n"
+                    "llama3-8b,h200,1,prefill,1,512,0.03\nllama3-8b,h200,1,prefill,1,2048,0.09\n"
+                    "llama3-8b,h200,1,decode,8,600,0.012\nllama3-8b,h200,2,decode,8,600,0.010\n"
+                    "llama3-8b,h100,1,decode,8,600,0.012\nllama3-8b,h100,2,prefill,1,2048,0.05\n")
+    table = fit(read_steps(path))
+    tp1, tp2 = table[("h200", 1)], table[("h200", 2)]
+    assert (tp2.prefill_scale, tp2.prefill_host_s_per_layer) == (tp1.prefill_scale, tp1.prefill_host_s_per_layer)
+    assert tp1.prefill_scale > 1 and tp2.decode_overhead_s != tp1.decode_overhead_s
+    assert framework("h200", 4, table).prefill_scale == tp1.prefill_scale
+    assert table[("h100", 2)].decode_overhead_s == table[("h100", 1)].decode_overhead_s > 0
+
+
 def test_framework_interpolates_in_log_tp() -> None:
     t = {("x", 2): parse_constants({"x": {"tp2": {"decode_overhead_s": 0.01}}})[("x", 2)],
          ("x", 8): parse_constants({"x": {"tp8": {"decode_overhead_s": 0.03}}})[("x", 8)]}
@@ -323,6 +348,71 @@ def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], args: list[st
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+STEPS = "model,device,tp,phase,batch,tokens,time_s\n"
+REQUESTS = "model,device,tp,prompt,output,ttft_s,tpot_s,batch\n"
+SPLITWISE = "model,hardware,prompt_size,batch_size,token_size,prompt_time,token_time,tensor_parallel\n"
+SEND_RECV = "size,devices_per_node,time_stats.send_recv.median\n4096,1,0.02\n"
+
+
+@pytest.mark.parametrize("flags, content, message", [
+    ([], b"\xff\xfe\x00garbage\n", "not UTF-8 text"),
+    ([], STEPS + "llama2-70b,h100,2,prefill,1,512\n", "line 2: time_s must be a finite number > 0, got nothing"),
+    ([], STEPS + "llama2-70b,h100,2,prefill,1,512,inf\n", "line 2: time_s must be a finite number > 0, got 'inf'"),
+    ([], STEPS + "llama2-70b,h100,0,prefill,1,512,0.05\n", "line 2: tp must be an integer >= 1, got '0'"),
+    ([], STEPS + "llama2-70b,h100,2,prefill,1.5,512,0.05\n", "line 2: batch must be an integer >= 1, got '1.5'"),
+    ([], STEPS + "llama2-70b,h100,2,prefill,1,0.5,0.05\n", "line 2: tokens must be >= 1, got '0.5'"),
+    ([], STEPS + "llama2-70b,h100,2,both,1,512,0.05\n", "line 2: phase must be prefill or decode, got 'both'"),
+    ([], REQUESTS + "llama2-70b,h100,2,512,128,0.05\n", "line 2: tpot_s must be a finite number > 0, got nothing"),
+    ([], REQUESTS + "llama2-70b,h100,2,512,128,0.05,0.02,0\n", "line 2: batch must be an integer >= 1"),
+    ([], SPLITWISE + "llama2-70b,h100-80gb,512,1,128,-5,50,2\n", "line 2: prompt_time must be a finite number > 0"),
+    ([], SPLITWISE + "llama2-70b,h100-80gb,512,1,128,100,50,0\n", "line 2: tensor_parallel must be an integer >= 1"),
+    ([], SPLITWISE + "llama2-70b,v100,512,1,128,100,50,2\n", "no rows of hardware a100-80gb, h100-80gb (found v100)"),
+    ([], "model,hardware,prompt_time\n", "not a Splitwise perf_model CSV (missing columns tensor_parallel"),
+    (["--link", "ib-ndr"], SEND_RECV + "8192,1,nan\n", "line 3: time_stats.send_recv.median must be a finite"),
+    (["--link", "ib-ndr"], "size,devices_per_node\n", "not a Vidur send_recv CSV (missing columns"),
+])
+def test_malformed_measurements_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str],
+                                             content: str | bytes, message: str) -> None:
+    """A malformed measurement file, row or cell is refused naming the line and the cell, never
+    fitted (an infinite or negative time would give constants of nan or 0)."""
+    path = tmp_path / "m.csv"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--send-recv" if flags else "--steps", str(path), *flags])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+H100_ENTRY = ('[devices."h100"]\nname = "H100"\npeak_flops = 989e12\nhbm_bw = 3.35e12\ncapacity = 80e9\n'
+              'tdp_w = 700.0\nidle_w = 100.0\npj_per_flop = 1.0\npj_per_byte = 60.0\n')
+
+
+@pytest.mark.parametrize("fields, message", [
+    ("framework = { tp2 = { prefill_scale = -1.0 } }", "prefill_scale must be a finite number > 0 (a slowdown factor)"),
+    ("framework = { tp2 = { comm_scale = 0.0 } }", "comm_scale must be a finite number > 0"),
+    ("framework = { tp2 = { decode_overhead_s = nan } }", "decode_overhead_s must be a finite number >= 0 (seconds)"),
+    ("framework = { tp0 = { prefill_scale = 1.0 } }", "expected a table named tpN (N >= 1)"),
+    ('kernel_tables = "JUNK"', "is not a .npz of arrays"),
+    ('kernel_tables = "NPZ"', "lacks gemm_m, gemm_n"),
+])
+def test_bad_calibration_overlay_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], fields: str,
+                                             message: str) -> None:
+    """Framework constants that would price a step at nothing or nan (a scale <= 0, a non-finite
+    overhead, TP 0) and kernel-table files that are not the converter's are refused, not tracebacks."""
+    (tmp_path / "junk.npz").write_bytes(b"junk")
+    np.savez(tmp_path / "other.npz", a=np.zeros(3))
+    fields = fields.replace("JUNK", str(tmp_path / "junk.npz")).replace("NPZ", str(tmp_path / "other.npz"))
+    overlay_file = tmp_path / "overlay.toml"
+    overlay_file.write_text(H100_ENTRY + fields + "\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["step", "--phase", "prefill", "--prompt", "512", "--devices-per-instance", "2",
+              "--cost-model", "calibrated", "--catalog", str(overlay_file)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_non_bf16_models_are_refused(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ a device with none runs unscaled with no overhead.
 from __future__ import annotations
 
 import bisect
-import csv
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import cache
@@ -39,7 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kvcargo.errors import KvcargoError
+from kvcargo import measured_csv
+from kvcargo.errors import KvcargoError, clip, shown
 
 FRAMEWORK_FALLBACK = {"h200": "h100", "b200": "h100"}
 """Devices without fitted framework constants borrow another's."""
@@ -102,12 +103,17 @@ def parse_constants(doc: dict) -> dict[tuple[str, int], Framework]:
     out = {}
     for device, per_tp in doc.items():
         for tp_key, fields in per_tp.items():
-            if not tp_key.startswith("tp") or not tp_key[2:].isdigit():
-                raise KvcargoError(f"framework constants [{device}.{tp_key}]: expected a table named tpN")
+            if not tp_key.startswith("tp") or not tp_key[2:].isdigit() or int(tp_key[2:]) < 1:
+                raise KvcargoError(f"framework constants [{device}.{tp_key}]: expected a table named tpN (N >= 1)")
             known = set(Framework.__dataclass_fields__)
             if set(fields) - known:
                 raise KvcargoError(f"framework constants [{device}.{tp_key}]: unknown "
                                    f"{', '.join(sorted(set(fields) - known))}; valid: {', '.join(sorted(known))}")
+            for k, v in fields.items():
+                if not (math.isfinite(v) and (v > 0 if k.endswith("scale") else v >= 0)):
+                    raise KvcargoError(f"framework constants [{device}.{tp_key}]: {k} must be a finite number "
+                                       f"{'> 0 (a slowdown factor)' if k.endswith('scale') else '>= 0 (seconds)'}, "
+                                       f"got {v!r}")
             out[(device, int(tp_key[2:]))] = Framework(**fields)
     return out
 
@@ -132,22 +138,31 @@ def framework(device: str, tp: int, table: dict[tuple[str, int], Framework] | No
     return Framework()
 
 
+SPLITWISE_COLUMNS = ("model", "hardware", "tensor_parallel", "batch_size", "prompt_size", "token_size",
+                     "prompt_time", "token_time")
+
+
 def read_splitwise(path: str | Path) -> list[StepRow]:
     """Splitwise's ``perf_model.csv`` rows as prefill and decode steps (medians of the repeats)."""
+    return _splitwise(path, *measured_csv.read(path))
+
+
+def _splitwise(path: str | Path, header: list[str], lines: list[measured_csv.Row]) -> list[StepRow]:
+    missing = [c for c in SPLITWISE_COLUMNS if c not in header]
+    if missing:
+        raise KvcargoError(f"{path}: not a Splitwise perf_model CSV (missing columns {', '.join(missing)})")
     groups: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            for r in csv.DictReader(fh):
-                dev = HARDWARE_KEYS.get(r["hardware"])
-                if dev is None:
-                    continue
-                key = (r["model"], dev, int(r["tensor_parallel"]), int(r["batch_size"]), int(r["prompt_size"]),
-                       int(r["token_size"]))
-                groups[key].append((float(r["prompt_time"]) * 1e-3, float(r["token_time"]) * 1e-3))
-    except OSError as exc:
-        raise KvcargoError(f"{path}: cannot read ({exc.strerror})") from None
-    except (KeyError, ValueError) as exc:
-        raise KvcargoError(f"{path}: not a Splitwise perf_model CSV ({exc})") from None
+    seen = set()
+    for i, r in lines:
+        seen.add(r["hardware"])
+        dev = HARDWARE_KEYS.get(r["hardware"] or "")
+        if dev is None:
+            continue
+        key = (r["model"], dev, *(measured_csv.count(path, i, r, c) for c in SPLITWISE_COLUMNS[2:6]))
+        groups[key].append(tuple(measured_csv.positive(path, i, r, c) * 1e-3 for c in SPLITWISE_COLUMNS[6:]))
+    if not groups:
+        raise KvcargoError(f"{path}: no rows of hardware {', '.join(HARDWARE_KEYS)} "
+                           f"(found {clip(', '.join(sorted(map(str, seen)))) or 'none'})")
     rows = []
     for (model, dev, tp, b, p, t), v in sorted(groups.items()):
         pt, tt = np.median([a for a, _ in v]), np.median([c for _, c in v])
@@ -156,63 +171,57 @@ def read_splitwise(path: str | Path) -> list[StepRow]:
     return rows
 
 
+REQUEST_COLUMNS = ("model", "device", "tp", "prompt", "output", "ttft_s", "tpot_s")
+
+
 def read_requests(path: str | Path) -> list[StepRow]:
     """Per-request TTFT/TPOT of a benchmark run (``model,device,tp,prompt,output,ttft_s,tpot_s``,
     optional ``batch``: the concurrency the run held) as steps: TTFT is one prefill of the prompt,
     TPOT one decode step at the mid-output context. Valid for runs without queueing (one request
     at a time, or a fixed concurrency below the server's limits)."""
-    need = ("model", "device", "tp", "prompt", "output", "ttft_s", "tpot_s")
+    return _requests(path, *measured_csv.read(path))
+
+
+def _requests(path: str | Path, header: list[str], lines: list[measured_csv.Row]) -> list[StepRow]:
+    missing = [c for c in REQUEST_COLUMNS if c not in header]
+    if missing:
+        raise KvcargoError(f"{path}: missing columns {', '.join(missing)}")
     rows = []
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in need if c not in (reader.fieldnames or [])]
-        if missing:
-            raise KvcargoError(f"{path}: missing columns {', '.join(missing)}")
-        for i, r in enumerate(reader, start=2):
-            try:
-                p, o, b = int(r["prompt"]), int(r["output"]), int(r.get("batch") or 1)
-                ttft, tpot = float(r["ttft_s"]), float(r["tpot_s"])
-                tp = int(r["tp"])
-            except ValueError as exc:
-                raise KvcargoError(f"{path}, line {i}: {exc}") from None
-            if min(p, o, b, tp) < 1 or not (ttft > 0 and tpot > 0):
-                raise KvcargoError(f"{path}, line {i}: prompt, output, batch, tp must be >= 1 and times > 0")
-            rows.append(StepRow(r["model"], r["device"], tp, "prefill", 1, p, ttft))
-            if o > 1:
-                rows.append(StepRow(r["model"], r["device"], tp, "decode", b, p + o / 2, tpot))
+    for i, r in lines:
+        tp, p, o = (measured_csv.count(path, i, r, c) for c in ("tp", "prompt", "output"))
+        b = measured_csv.count(path, i, r, "batch") if r.get("batch") else 1
+        ttft, tpot = (measured_csv.positive(path, i, r, c) for c in ("ttft_s", "tpot_s"))
+        rows.append(StepRow(r["model"] or "", r["device"] or "", tp, "prefill", 1, p, ttft))
+        if o > 1:
+            rows.append(StepRow(r["model"] or "", r["device"] or "", tp, "decode", b, p + o / 2, tpot))
     return rows
+
+
+STEP_COLUMNS = ("model", "device", "tp", "phase", "batch", "tokens", "time_s")
 
 
 def read_steps(path: str | Path) -> list[StepRow]:
     """A CSV of step times: ``model,device,tp,phase,batch,tokens,time_s`` (a header row),
     per-request TTFT/TPOT (:func:`read_requests`) or Splitwise's ``perf_model.csv`` layout."""
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            header = next(csv.reader(fh), [])
-    except OSError as exc:
-        raise KvcargoError(f"{path}: cannot read ({exc.strerror})") from None
+    header, lines = measured_csv.read(path)
     if "prompt_time" in header:
-        return read_splitwise(path)
+        return _splitwise(path, header, lines)
     if "ttft_s" in header:
-        return read_requests(path)
-    need = ("model", "device", "tp", "phase", "batch", "tokens", "time_s")
-    missing = [c for c in need if c not in header]
+        return _requests(path, header, lines)
+    missing = [c for c in STEP_COLUMNS if c not in header]
     if missing:
-        raise KvcargoError(f"{path}: missing columns {', '.join(missing)} (need {', '.join(need)}, "
+        raise KvcargoError(f"{path}: missing columns {', '.join(missing)} (need {', '.join(STEP_COLUMNS)}, "
                            "or a Splitwise perf_model CSV)")
     rows = []
-    with open(path, newline="", encoding="utf-8") as fh:
-        for i, r in enumerate(csv.DictReader(fh), start=2):
-            try:
-                row = StepRow(r["model"], r["device"], int(r["tp"]), r["phase"], int(r["batch"]),
-                              float(r["tokens"]), float(r["time_s"]))
-            except ValueError as exc:
-                raise KvcargoError(f"{path}, line {i}: {exc}") from None
-            if row.phase not in ("prefill", "decode"):
-                raise KvcargoError(f"{path}, line {i}: phase must be prefill or decode, got {row.phase!r}")
-            if row.batch < 1 or row.tokens < 1 or not row.measured_s > 0:
-                raise KvcargoError(f"{path}, line {i}: batch and tokens must be >= 1 and time_s > 0")
-            rows.append(row)
+    for i, r in lines:
+        if r["phase"] not in ("prefill", "decode"):
+            raise KvcargoError(f"{path}, line {i}: phase must be prefill or decode, got {shown(r['phase'])}")
+        tokens = measured_csv.positive(path, i, r, "tokens")
+        if tokens < 1:
+            raise KvcargoError(f"{path}, line {i}: tokens must be >= 1, got {shown(r['tokens'])}")
+        rows.append(StepRow(r["model"] or "", r["device"] or "", measured_csv.count(path, i, r, "tp"), r["phase"],
+                            measured_csv.count(path, i, r, "batch"), tokens,
+                            measured_csv.positive(path, i, r, "time_s")))
     return rows
 
 
@@ -274,16 +283,21 @@ def fit_prefill(compute: np.ndarray, comm: np.ndarray, layers: np.ndarray,
 
 def fit(rows: list[StepRow], catalog_files: tuple[str, ...] = ()) -> dict[tuple[str, int], Framework]:
     """Fitted constants per (device, TP) from measured steps (module doc): the prefill scales and
-    host time per device, shared by its TP degrees; then the decode overhead per TP degree with
-    the device's all-reduce scale (a device without prefill rows keeps 1; a phase without rows
-    keeps the neutral constants)."""
+    host time per device, shared by all its TP degrees; then the decode overhead per TP degree with
+    the device's all-reduce scale. A TP degree measured in one phase only takes the other phase's
+    constants as :func:`framework` would give them (shared, or interpolated between the measured
+    degrees), not neutral ones, which would drag the interpolation to other degrees; a device
+    without prefill rows keeps scales of 1, one without decode rows no overhead."""
     from kvcargo import catalog
 
     cat = catalog.load(catalog_files)
     by: dict[tuple[str, str], list[tuple[int, KernelTime, int, float]]] = defaultdict(list)
     for r in rows:
         by[(r.device, r.phase)].append((r.tp, kernel_time(r, catalog_files), cat.model(r.model).layers, r.measured_s))
-    fields: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
+    degrees: dict[str, set[int]] = defaultdict(set)
+    for r in rows:
+        degrees[r.device].add(r.tp)
+    fields: dict[tuple[str, int], dict[str, float]] = {(d, t): {} for d, ts in degrees.items() for t in ts}
     comm_scale: dict[str, float] = {}
     for (dev, phase), pts in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1] != "prefill")):
         tps = np.array([p[0] for p in pts], dtype=np.int64)
@@ -293,12 +307,14 @@ def fit(rows: list[StepRow], catalog_files: tuple[str, ...] = ()) -> dict[tuple[
         y = np.array([p[3] for p in pts])
         if phase == "prefill":
             scale, comm_scale[dev], host = fit_prefill(compute, comm, layers, y)
-            for tp in set(tps.tolist()):
+            for tp in degrees[dev]:
                 fields[(dev, tp)].update(prefill_scale=scale, prefill_host_s_per_layer=host)
         else:
             c = comm_scale.get(dev, 1.0)
-            for tp, o in fit_decode(tps, compute + c * comm, y).items():
-                fields[(dev, tp)].update(decode_scale=1.0, decode_overhead_s=o)
+            fitted = {(dev, tp): Framework(decode_overhead_s=o) for tp, o in fit_decode(tps, compute + c * comm, y).items()}
+            for tp in degrees[dev]:
+                fields[(dev, tp)].update(decode_scale=1.0,
+                                         decode_overhead_s=framework(dev, tp, fitted).decode_overhead_s)
     for (dev, _tp), f in fields.items():
         f["comm_scale"] = comm_scale.get(dev, 1.0)
     return {key: Framework(**f) for key, f in sorted(fields.items())}

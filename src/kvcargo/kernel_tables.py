@@ -10,16 +10,20 @@ scaled by the work ratio. Everything here is in seconds and bytes.
 
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import numpy as np
 
-from kvcargo.errors import KvcargoError
+from kvcargo.errors import KvcargoError, clip
 
 BUILTIN = ("a100", "b200", "h100", "h200")
 """Devices whose measured tables ship with kvcargo."""
+ARRAYS = ("gemm_m", "gemm_n", "gemm_k", "gemm_ms", "ctx_cfg", "ctx_b", "ctx_s", "ctx_ms", "gen_cfg", "gen_b", "gen_s",
+          "gen_ms", "ar_gpus", "ar_size", "ar_ms")
+"""The arrays of a kernel-tables file (:func:`from_arrays`)."""
 AR_VALUE_BYTES = 2
 """aiconfigurator records an all-reduce's message size in bf16 values, not bytes (its 1 Gi-value
 all-reduce over 8 H100s takes 4.0 ms: 470 GB/s of NCCL bus bandwidth, NVLink 4's ceiling; read
@@ -187,7 +191,15 @@ def load(device: str, path: str | None = None) -> KernelTables:
     else:
         if not Path(path).is_file():
             raise KvcargoError(f"device {device!r}: kernel_tables file {path} not found")
-        raw = dict(np.load(path))
+        try:
+            npz = np.load(path)
+            raw = dict(npz) if isinstance(npz, np.lib.npyio.NpzFile) else {}
+        except (OSError, ValueError, zipfile.BadZipFile) as exc:
+            raise KvcargoError(f"device {device!r}: kernel_tables file {path} is not a .npz of arrays ({clip(str(exc))})") from None
+        missing = [k for k in ARRAYS if k not in raw]
+        if missing:
+            raise KvcargoError(f"device {device!r}: kernel_tables file {path} lacks {', '.join(missing)} (write it "
+                               "with kvcargo calibrate --import-aiconfigurator)")
     return from_arrays(raw)
 
 

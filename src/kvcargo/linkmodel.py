@@ -15,12 +15,12 @@ curve (``kvcargo calibrate --send-recv``).
 
 from __future__ import annotations
 
-import csv
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from kvcargo import measured_csv
 from kvcargo.catalog import Link
 from kvcargo.errors import KvcargoError
 from kvcargo.transfer import Compression, Transfers, transfers
@@ -103,18 +103,19 @@ def layerwise_exposed(link: Link, kv_bytes: float, prefill_s: float, layers: int
 def read_send_recv(path: str | Path, across_nodes: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Message bytes and median seconds from a Vidur ``send_recv.csv`` (2 KiB … 64 MiB), across
     nodes (``devices_per_node`` 1) or within one."""
-    sizes, times = [], []
+    header, lines = measured_csv.read(path)
+    need = ("devices_per_node", "size", "time_stats.send_recv.median")
+    missing = [c for c in need if c not in header]
+    if missing:
+        raise KvcargoError(f"{path}: not a Vidur send_recv CSV (missing columns {', '.join(missing)})")
     want = "1" if across_nodes else "2"
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            for r in csv.DictReader(fh):
-                if r["devices_per_node"] == want and 2048 <= float(r["size"]) <= 64 * 2**20:
-                    sizes.append(float(r["size"]))
-                    times.append(float(r["time_stats.send_recv.median"]) * 1e-3)
-    except OSError as exc:
-        raise KvcargoError(f"{path}: cannot read ({exc.strerror})") from None
-    except (KeyError, ValueError) as exc:
-        raise KvcargoError(f"{path}: not a Vidur send_recv CSV ({exc})") from None
+    sizes, times = [], []
+    for i, r in lines:
+        if r["devices_per_node"] == want:
+            size = measured_csv.positive(path, i, r, "size")
+            if 2048 <= size <= 64 * 2**20:
+                sizes.append(size)
+                times.append(measured_csv.positive(path, i, r, "time_stats.send_recv.median") * 1e-3)
     if len(sizes) < 2:
         raise KvcargoError(f"{path}: fewer than two send/recv rows between 2 KiB and 64 MiB")
     return np.array(sizes), np.array(times)
