@@ -29,8 +29,8 @@ CONFIGS = [
     SimConfig(requests=300, link="eth-25g", send="layerwise"),
     SimConfig(requests=300, prefill=2, decode=3, topology="nic"),
 ]
-SLOW_PREFILL = SimConfig(model="llama3-70b", device="a100", devices_per_instance=2, decode_devices_per_instance=4,
-                         prefill=3, requests=300)
+SLOW_PREFILL = SimConfig(model="llama3-70b", device="a100", devices_per_instance=2,
+                         decode_devices_per_instance=4, prefill=3, requests=300)
 """Long prompts miss the TTFT SLO on 2 A100s even alone (about a quarter of the requests)."""
 
 
@@ -63,7 +63,8 @@ def test_a_shared_workload_leaves_the_ceilings_unchanged() -> None:
     assert ceilings(config, load_workload(config)) == ceilings(config)
 
 
-@pytest.mark.parametrize("config", [*CONFIGS[:4], SLOW_PREFILL], ids=lambda c: c.mode + "-" + c.link + "-" + str(c.prefill))
+@pytest.mark.parametrize("config", [*CONFIGS[:4], SLOW_PREFILL],
+                         ids=lambda c: c.mode + "-" + c.link + "-" + str(c.prefill) + "-" + c.device)
 def test_deciding_probes_give_the_same_answer(config: SimConfig) -> None:
     """Probes that stop once their failure is certain: the same verdicts, rates and answer."""
     full, decided = search(config), search(config, decide=True)
@@ -82,8 +83,7 @@ def test_deciding_probes_give_the_same_answer(config: SimConfig) -> None:
         assert got["slo_attainment"] >= whole["slo_attainment"]
 
 
-@pytest.mark.parametrize("config", [SLOW_PREFILL, CONFIGS[0], CONFIGS[2], SimConfig(requests=300, link="eth-25g",
-                                                                                   send="layerwise")],
+@pytest.mark.parametrize("config", [SLOW_PREFILL, CONFIGS[0], CONFIGS[2], CONFIGS[4]],
                          ids=("slow-prefill", "70b", "fp8-codec", "layerwise"))
 def test_the_ttft_floor_is_below_every_simulated_ttft(config: SimConfig) -> None:
     """At a low rate (nearly every request alone) the floor is nearly every TTFT itself, up to
@@ -111,7 +111,8 @@ def test_a_search_whose_failures_are_certain_runs_no_probe() -> None:
 
 
 def test_no_floor_where_the_prefill_step_is_not_the_roofline_s() -> None:
-    for config in (SimConfig(requests=50, mode="colocated"), SimConfig(requests=50, cost_model="calibrated"),
-                   SimConfig(model="llama3-70b", devices_per_instance=4, prefill_tp=2, prefill_pp=2, requests=50)):
+    layout = SimConfig(model="llama3-70b", devices_per_instance=4, prefill_tp=2, prefill_pp=2, requests=50)
+    colocated, calibrated = SimConfig(requests=50, mode="colocated"), SimConfig(requests=50, cost_model="calibrated")
+    for config in (colocated, calibrated, layout):
         res = resolve(config)
         assert ttft_floor(res, build_params(res)[0]) is None
