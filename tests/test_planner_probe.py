@@ -112,7 +112,8 @@ def test_a_search_whose_failures_are_certain_runs_no_probe() -> None:
 
 def test_no_floor_where_the_prefill_step_is_not_the_roofline_s() -> None:
     layout = SimConfig(model="llama3-70b", devices_per_instance=4, prefill_tp=2, prefill_pp=2, requests=50)
-    colocated, calibrated = SimConfig(requests=50, mode="colocated"), SimConfig(requests=50, cost_model="calibrated")
+    colocated = SimConfig(requests=50, mode="colocated")
+    calibrated = SimConfig(requests=50, cost_model="calibrated")
     for config in (colocated, calibrated, layout):
         res = resolve(config)
         assert ttft_floor(res, build_params(res)[0]) is None
