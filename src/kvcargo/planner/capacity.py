@@ -270,14 +270,18 @@ class RateProbe:
         rf[:, ARRIVAL_T] = res.workload.arrival
         verdict: list[float] = []
         stop = None if self.decide is None else self._stop(res, params, verdict)
-        out = run(res, (params._replace(rf=rf), xfer), stop, EARLY_LOG_ROWS if stop else None)
+        # decided before it runs when too many steady requests cannot meet the TTFT SLO at all
+        out = None if stop is not None and stop(None) else run(res, (params._replace(rf=rf), xfer), stop,
+                                                                EARLY_LOG_ROWS if stop else None)
         if out is None:
             return {k: math.nan for k in PROBE_KEYS} | {"slo_attainment": verdict[0], "requests": float(len(rf))}
         s = probe_figures(out)
         return {k: float(s[k]) for k in PROBE_KEYS}
 
     def _stop(self, res: Resolved, params: Any, verdict: list[float]) -> Callable[[Any], bool]:
-        """Whether a paused run can no longer reach the target (its bound goes to ``verdict``)."""
+        """Whether a paused run (None: the run before it starts) can no longer reach the target
+        (its bound goes to ``verdict``). Requests whose :func:`ttft_floor` exceeds the TTFT SLO
+        count as missed from the start."""
         from types import SimpleNamespace
 
         from kvcargo.engine import state as S
@@ -291,17 +295,23 @@ class RateProbe:
         arrival, multi = res.workload.arrival[steady], res.workload.output[steady] >= 2
         gaps = np.maximum(1, res.workload.output[steady] - 1)
         cfg, n, target = res.config, len(steady), self.decide
+        floor = ttft_floor(res, params)
+        doomed = (np.zeros(n, dtype=bool) if floor is None
+                  else floor[steady] > cfg.ttft_slo * (1 + FLOOR_MARGIN))
 
         def stop(st: Any) -> bool:
             if n == 0:
                 return False
-            first, finish = st.t[steady, S.FIRST_TOKEN], st.t[steady, S.FINISH]
-            done = st.r[steady, S.STATUS] == S.DONE
+            if st is None:  # nothing stamped yet, the clock at 0
+                first = finish = np.full(n, np.nan)
+                done, now = np.zeros(n, dtype=bool), 0.0
+            else:
+                first, finish = st.t[steady, S.FIRST_TOKEN], st.t[steady, S.FINISH]
+                done, now = st.r[steady, S.STATUS] == S.DONE, st.f[S.F_NOW]
             # a time not stamped yet will be at least the clock: a latency is then at least
             # what it would be now (float subtraction and division are monotone)
-            now = st.f[S.F_NOW]
-            ttft_miss = np.where(np.isnan(first), now - arrival > cfg.ttft_slo,
-                                 ~(first - arrival <= cfg.ttft_slo))
+            ttft_miss = doomed | np.where(np.isnan(first), now - arrival > cfg.ttft_slo,
+                                          ~(first - arrival <= cfg.ttft_slo))
             end = np.where(done, finish, now)
             tpot_miss = multi & ~np.isnan(first) & ~((end - first) / gaps <= cfg.tpot_slo)
             bound = (n - int(np.count_nonzero(ttft_miss | tpot_miss))) / n
@@ -311,6 +321,35 @@ class RateProbe:
             return True
 
         return stop
+
+
+FLOOR_MARGIN = 1e-6
+"""Relative margin by which a :func:`ttft_floor` must exceed the TTFT SLO to count as a miss
+(covers the rounding of the engine's clock and of its roofline's clock factor)."""
+
+
+def ttft_floor(res: Resolved, params: Any) -> np.ndarray | None:
+    """Per request, a lower bound on its TTFT at any rate, or None where none is derived.
+
+    In the default engine (disaggregated, roofline costs, whole prompts, no prefix cache, draft,
+    other model family, decode-side replay or parallel layout) a request's first token is stamped
+    at the end of the prefill step that holds it, which starts no earlier than its arrival. That
+    step's time is the roofline's ``max(t_c / s, t_m)`` (raised further by a power cap), plus the
+    step overhead and any codec pass, with a clock factor ``s ≤ 1`` (DVFS lowers it, a power cap
+    lowers it to the root of a cubic that is below the current factor, never below the minimum
+    clock ≤ 1); ``t_c`` is the batch's FLOPs over the compute rate, and the FLOPs (integer
+    coefficients ≥ 0 times the batch's tokens, Σ s(s+1) and prompt count) are at least the
+    request's own. So TTFT ≥ FLOPs(its prompt alone) / compute rate + overhead."""
+    from kvcargo.cost import HF_OVERHEAD, HF_RF, HF_SMIN, prefill_parts
+    from kvcargo.engine import state as S
+
+    ints = params.ints
+    if (res.colocated or params.lf[0, parallel.LF_ON] != 0.0
+            or params.hf[0, HF_SMIN] > 1.0
+            or any(ints[k] for k in (S.P_PREFIX, S.P_SPEC, S.P_MIXED, S.P_REPLAY_DECODE, S.P_CALIBRATED))):
+        return None
+    flops, _, _ = prefill_parts(params.mi, params.mf, params.ri[:, S.PROMPT], params.ri[:, S.QUAD], 1)
+    return flops.astype(np.float64) / params.hf[0, HF_RF] + params.hf[0, HF_OVERHEAD]
 
 
 EARLY_LOG_ROWS = 4096

@@ -18,6 +18,7 @@ the number of workers.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import time
@@ -484,11 +485,17 @@ def plan(base: SimConfig, budget: Budget, space: Space, *, target_rate: float | 
     def prune(queue: list[Candidate]) -> list[Candidate]:
         nonlocal finished
         keep = []
+        # the highest capacity simulated at each cost or below: dominated = it reaches ``reach``
+        costs, best = [], []
+        for e in sorted((e for e in done if e.capacity is not None), key=lambda e: e.cost(cost)):
+            costs.append(e.cost(cost))
+            best.append(max(e.capacity, best[-1]) if best else e.capacity)
         for c in queue:
             reach = reachable(c)
+            cheaper = bisect.bisect_right(costs, c.cost(cost))
             if target_rate is not None and reach < target_rate:
                 c.status = "pruned: below target"
-            elif any(e.cost(cost) <= c.cost(cost) and e.capacity is not None and e.capacity >= reach for e in done):
+            elif cheaper and best[cheaper - 1] >= reach:
                 c.status = "pruned: dominated"
             else:
                 keep.append(c)
