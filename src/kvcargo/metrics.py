@@ -123,12 +123,20 @@ def itl_sample(out: EngineOutput, requests: np.ndarray) -> tuple[np.ndarray, np.
     speculative = out.resolved.levers.draft is not None
     # a verify pass's tokens arrive together: one gap per pass, then zeros for the extra tokens
     steps = out.verify_passes[sel] + 1 if speculative else out.output[sel]
-    values, weights = _token_gaps(out.steps[:, 1], out.step_inst[:, 0], max(1, out.resolved.n_decode),
+    values, weights = _token_gaps(*step_ends(out), max(1, out.resolved.n_decode),
                                   out.decode_inst[sel], out.first_step[sel], steps, out.first_token[sel])
     if speculative:
         values = np.append(values, 0.0)
         weights = np.append(weights, int(np.sum(out.output[sel] - steps)))
     return values, weights
+
+
+def step_ends(out: EngineOutput) -> tuple[np.ndarray, np.ndarray]:
+    """The decode steps' ends and instances: the step log's, or a folded log's (grouped by
+    instance: the same gaps, so the same sample)."""
+    if out.folded is None:
+        return out.steps[:, 1], out.step_inst[:, 0]
+    return out.folded.ends, out.folded.instances()
 
 
 @kernel
@@ -376,9 +384,12 @@ def _instances(out: EngineOutput) -> list[dict[str, Any]]:
     # per instance at once: requests prefilled, decode steps logged and their batch sizes (integers
     # summed exactly as floats, so the means are numpy's of each instance's batches)
     served = np.bincount(out.prefill_inst[out.prefill_inst >= 0], minlength=n_pre).tolist()
-    step_rows = np.bincount(out.step_inst[:, 0], minlength=len(pools) - n_pre).tolist()
-    batch_sum = np.bincount(out.step_inst[:, 0], weights=out.step_inst[:, 1],
-                            minlength=len(pools) - n_pre).tolist()
+    if out.folded is None:
+        step_rows = np.bincount(out.step_inst[:, 0], minlength=len(pools) - n_pre).tolist()
+        batch_sum = np.bincount(out.step_inst[:, 0], weights=out.step_inst[:, 1],
+                                minlength=len(pools) - n_pre).tolist()
+    else:  # the same integers, summed exactly
+        step_rows, batch_sum = out.folded.rows.tolist(), out.folded.batch.astype(np.float64).tolist()
     totals, kv_held = out.totals, out.kv_held_totals  # named per-instance columns of the record
     for i, (name, pool) in enumerate(pools):
         busy, flops, nbytes, e_c, e_m = (totals.busy_s[i], totals.flops[i], totals.bytes[i], totals.compute_j[i],

@@ -84,13 +84,16 @@ class SimResult:
                             for v in row])
 
 
-def simulate(config: SimConfig | None = None, workload: Workload | str | None = None, **overrides: Any) -> SimResult:
+def simulate(config: SimConfig | None = None, workload: Workload | str | None = None, *, summary_only: bool = False,
+             **overrides: Any) -> SimResult:
     """Run one simulation. ``overrides`` are configuration fields (``rate=12, link="eth-25g"``);
-    ``workload`` is a request stream, or the name of a preset (the ``--workload`` field)."""
+    ``workload`` is a request stream, or the name of a preset (the ``--workload`` field).
+    ``summary_only`` (``--summary-only``): the engine keeps of its step log only what the summary
+    reads (the same summary, bit for bit, in less memory); the result's step log is then empty."""
     if isinstance(workload, str):
         overrides["workload"], workload = workload, None
     if config is None:
         config = SimConfig.build(**overrides)
     elif overrides:
         config = config.replace(**overrides)
-    return SimResult(run(resolve(config, workload)))
+    return SimResult(run(resolve(config, workload), fold_steps=summary_only))

@@ -52,7 +52,7 @@ def command(as_json: bool, requests_csv: str | None, trace_file: str | None, sum
         else:
             click.echo("\n\n".join(render(r.config.model_dump(), r.summary) for r in results))
         return
-    result = simulate(config)
+    result = simulate(config, summary_only=summary_only)
     if requests_csv:
         result.write_requests_csv(requests_csv)
     if trace_file:

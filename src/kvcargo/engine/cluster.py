@@ -23,6 +23,7 @@ from kvcargo.engine import aot
 from kvcargo.engine import state as S
 from kvcargo.engine.loop import run_events
 from kvcargo.engine.state import Params, State, grown, new_state
+from kvcargo.engine.steplog import CHUNK_STEPS, FoldedSteps, StepFold
 from kvcargo.families import prefill_resident_bytes
 from kvcargo.linkmodel import effective, link_transfers
 from kvcargo.serving import uses_scheduled_engine
@@ -143,6 +144,9 @@ class EngineOutput:
     """Energy of KV swapped over the host link (paged KV with swap preemption)."""
     spans: list | None = None
     """Scheduled engine: (what, pool, instance, request, start, end) of every preemption."""
+    folded: FoldedSteps | None = None
+    """A run that folded its step log as it went (``run(..., fold_steps=True)``): what the
+    summary reads of it; ``steps`` and ``step_inst`` are then empty."""
 
     @property
     def totals(self) -> InstanceTotals:
@@ -299,13 +303,15 @@ def by_reference(obj: State | Params) -> object:
 
 
 def run(res: Resolved, built: tuple[Params, Transfers] | None = None,
-        stop: Callable[[State], bool] | None = None, log_capacity: int | None = None) -> EngineOutput | None:
+        stop: Callable[[State], bool] | None = None, log_capacity: int | None = None,
+        fold_steps: bool = False) -> EngineOutput | None:
     """Simulate a resolved configuration; ``built``: its :func:`build_params`, when a caller has
     them already (a capacity search builds them once and changes only the arrival times).
     ``stop``: asked with the state each time ``log_capacity`` decode steps have been logged;
     True abandons the run (None is returned), else the step log is emptied and the run goes on
     (the output's step log then holds only the steps since: for callers that read no step
-    figures)."""
+    figures). ``fold_steps``: keep of the step log only what the summary reads (``folded``), a
+    chunk at a time (the scheduled engine keeps its log)."""
     if uses_scheduled_engine(res):
         from kvcargo.engine.scheduled import run_scheduled  # only then: the default run never loads it
 
@@ -314,6 +320,10 @@ def run(res: Resolved, built: tuple[Params, Transfers] | None = None,
     del built  # the engine frees the parameters before its last copies (a caller may keep them)
     n = len(params.rf)
     n_slots = res.n_decode if res.colocated else res.n_prefill
+    fold = StepFold(res.n_decode) if fold_steps else None
+    if fold is not None:
+        assert stop is None, "a folded run's step log is the fold's"
+        stop, log_capacity = fold.stop, CHUNK_STEPS
     channels = params.pf[:, S.PF_CHANNELS].astype(np.int64)
     # Room for a decode step per 8 output tokens (batches of 8 or more), unless a caller sets it.
     # The log is zeroed memory: pages are committed only as steps are written, so room costs
@@ -338,6 +348,9 @@ def run(res: Resolved, built: tuple[Params, Transfers] | None = None,
         st = grown(st, code)
     del params, pr  # before the copies below: the largest tables go first
     k = int(st.i[S.I_NSTEPS])
+    if fold is not None:
+        fold.take(st.logf[:k], st.logi[:k])
+        k = 0
 
     def col(table: np.ndarray, c: int) -> np.ndarray:  # a compact copy: the big table is freed
         return np.ascontiguousarray(table[:, c])
@@ -347,8 +360,8 @@ def run(res: Resolved, built: tuple[Params, Transfers] | None = None,
     t, tx, r = st.t, st.tx, st.r
     w = res.workload
 
-    def extra(c: int) -> np.ndarray:
-        return col(tx, c) if len(tx) == n else np.full(n, np.nan)
+    def extra(c: int, absent: float = np.nan) -> np.ndarray:  # without the column, one read-only value
+        return col(tx, c) if len(tx) == n else np.broadcast_to(absent, n)
 
     return EngineOutput(
         resolved=res, arrival=np.asarray(w.arrival, dtype=np.float64),
@@ -358,11 +371,12 @@ def run(res: Resolved, built: tuple[Params, Transfers] | None = None,
         stats=st.stats[:, RECORD_STATS].copy(), engine_stats=st.stats[:, RECORD_ENGINE].copy(),
         kv_held=st.stats[: res.n_prefill, RECORD_KV_HELD].copy(), lever_stats=st.stats[:, RECORD_LEVERS].copy(),
         prefill_done=extra(S.PREFILL_END), want_memory=extra(S.WANT_MEMORY), reserved=extra(S.RESERVED),
-        send_fraction=np.nan_to_num(extra(S.SEND_FRAC), nan=1.0),
+        send_fraction=np.nan_to_num(extra(S.SEND_FRAC), nan=1.0) if len(tx) == n else extra(S.SEND_FRAC, 1.0),
         steps=st.logf[:k], step_inst=st.logi[:k],
         horizon=float(st.f[S.F_NOW]), transfers=int(st.i[S.I_XFERS]),
         port_busy=st.port_busy.copy(), port_channels=channels, link_busy_s=float(st.port_busy[0]),
         link_j=float(st.f[S.F_LINK_J]), transit_j=float(st.f[S.F_TRANSIT_J]), transit_bound=transit_bound,
         wire_bytes=wire_bytes,
         verify_passes=col(st.spec, S.VERIFY) if len(st.spec) == n else np.zeros(n, dtype=np.int64),
+        folded=None if fold is None else fold.steps(),
     )
