@@ -65,7 +65,7 @@ def test_the_engine_compiled_ahead_of_time_serves_later_processes_without_numba(
     assert forced == later == plain == jitted
 
 
-WATCHED = ("numpy", "pydantic", "pydantic.plugin._loader", "kvcargo.config", "kvcargo.cli.simulate")
+WATCHED = ("numpy", "numpy.random", "pydantic", "pydantic.plugin._loader", "kvcargo.config", "kvcargo.cli.simulate")
 """Modules whose loading a light command must not pay for (``pydantic.plugin._loader`` is imported
 when pydantic builds a model's validator)."""
 MODULES_PROBE = """
@@ -111,7 +111,7 @@ def test_a_repeated_simulation_takes_its_validated_configuration_from_the_cache(
     assert "pydantic.plugin._loader" in mods  # validated: pydantic built SimConfig's validator
     later, mods = watched_after(args, tmp_path)
     assert later == first and json.loads(later)["config"]["link"] == "eth-25g"
-    assert "pydantic.plugin._loader" not in mods
+    assert "pydantic.plugin._loader" not in mods and "numpy.random" not in mods  # a short stream: random.Random
     other, _ = watched_after(["simulate", "--requests", "300", "--json"], tmp_path)
     assert json.loads(other)["config"]["link"] == "ib-ndr" and other != first
 
@@ -165,3 +165,15 @@ def test_one_hand_off_in_plain_numbers_is_the_engine_s_array_element() -> None:
                     for f in ("duration", "wire_bytes", "link_j", "transit_j", "transit_bound", "slice_time",
                               "last_extra"):
                         assert getattr(one, f) == getattr(arr, f)[0] and type(getattr(one, f)) in (float, bool), f
+
+
+def test_uniforms_drawn_either_way_are_those_of_python_s_random() -> None:
+    import random
+
+    from kvcargo.workload.draws import PYTHON_UNIFORMS_MAX, uniforms
+
+    for k in (1, 5000, PYTHON_UNIFORMS_MAX, PYTHON_UNIFORMS_MAX + 1):
+        ours, ref = random.Random(7), random.Random(7)
+        u = uniforms(ours, k)
+        assert u.dtype == "float64" and u.tolist() == [ref.random() for _ in range(k)]
+        assert ours.getstate() == ref.getstate()
