@@ -65,7 +65,7 @@ def test_the_engine_compiled_ahead_of_time_serves_later_processes_without_numba(
     assert forced == later == plain == jitted
 
 
-WATCHED = ("numpy", "pydantic", "pydantic.plugin._loader", "kvcargo.config", "kvcargo.cli.simulate")
+WATCHED = ("numpy", "numpy.random", "pydantic", "pydantic.plugin._loader", "kvcargo.config", "kvcargo.cli.simulate")
 """Modules whose loading a light command must not pay for (``pydantic.plugin._loader`` is imported
 when pydantic builds a model's validator)."""
 MODULES_PROBE = """
@@ -94,8 +94,86 @@ def test_help_lists_the_commands_without_loading_them(tmp_path: Path) -> None:
     assert mods == set()
 
 
-def test_the_calculator_builds_no_validator_once_the_catalog_is_cached(tmp_path: Path) -> None:
-    first, _ = watched_after(["handoff", "--json"], tmp_path)
-    later, mods = watched_after(["handoff", "--json"], tmp_path)
-    assert later == first and json.loads(later)["kv_bytes"] == 268_435_456
-    assert mods == {"numpy", "pydantic"}
+@pytest.mark.parametrize("args", [["handoff", "--json"], ["handoff", "--links"],
+                                  ["handoff", "--send", "layerwise", "--link-model", "measured", "--kv-compress",
+                                   "kivi-2bit", "--json"]])
+def test_the_calculator_builds_no_validator_and_never_imports_numpy(tmp_path: Path, args: list[str]) -> None:
+    first, _ = watched_after(args, tmp_path)
+    later, mods = watched_after(args, tmp_path)
+    assert later == first
+    assert "268.4 MB" in later if "--links" in args else json.loads(later)["kv_bytes"] == 268_435_456
+    assert mods == {"pydantic"}
+
+
+def test_a_repeated_simulation_takes_its_validated_configuration_from_the_cache(tmp_path: Path) -> None:
+    args = ["simulate", "--requests", "300", "--link", "eth-25g", "--json"]
+    first, mods = watched_after(args, tmp_path)
+    assert "pydantic.plugin._loader" in mods  # validated: pydantic built SimConfig's validator
+    later, mods = watched_after(args, tmp_path)
+    assert later == first and json.loads(later)["config"]["link"] == "eth-25g"
+    assert "pydantic.plugin._loader" not in mods and "numpy.random" not in mods  # a short stream: random.Random
+    other, _ = watched_after(["simulate", "--requests", "300", "--json"], tmp_path)
+    assert json.loads(other)["config"]["link"] == "ib-ndr" and other != first
+
+
+def test_bad_options_are_refused_every_time(tmp_path: Path) -> None:
+    env = {**os.environ, "KVCARGO_CACHE_DIR": str(tmp_path)}
+    for _ in range(2):
+        p = subprocess.run([sys.executable, "-m", "kvcargo", "simulate", "--rate", "0"], capture_output=True,
+                           text=True, env=env, timeout=600)
+        assert p.returncode == 2 and p.stderr == "kvcargo: error: invalid --rate (got 0.0): Input should be greater than 0\n"
+
+
+def test_a_configurations_values_are_its_model_dump() -> None:
+    from kvcargo.config import SimConfig
+
+    for values in ({}, {"mode": "colocated", "instances": 3}, {"catalog": ("a.toml",), "kv_compress": "fp8",
+                                                                  "send": "layerwise", "rate": 3.5}):
+        c = SimConfig.build(**values)
+        assert c.values() == c.model_dump() and list(c.values()) == list(c.model_dump())
+
+
+def test_one_hand_off_in_plain_numbers_is_the_engine_s_array_element() -> None:
+    """The calculator's numbers (no numpy) equal, bit for bit, what the engine's arrays hold."""
+    import numpy as np
+
+    from kvcargo.catalog import load
+    from kvcargo.cost import Pool, coefficient_values, model_coefficients, prefill_work, roofline
+    from kvcargo.linkmodel import link_transfers
+    from kvcargo.transfer import Compression
+
+    cat = load()
+    for m in cat.models.values():
+        mi, mf = model_coefficients(m, "last")
+        assert (mi.tolist(), mf.tolist()) == tuple(map(list, coefficient_values(m, "last")))
+        for d in cat.devices.values():
+            pool = Pool(d, 8, power_cap_w=d.idle_w + 100)
+            assert pool.coefficients().tolist() == list(pool.coefficient_values())
+            work = prefill_work(*coefficient_values(m), 3000, 3000 * 3001, 1)
+            assert work == tuple(float(v) if isinstance(v, float) else int(v)
+                                 for v in prefill_work(*model_coefficients(m), 3000, 3000 * 3001, 1))
+            assert roofline(pool.coefficient_values(), *work) == roofline(pool.coefficients(), *work)
+    codecs = [None, Compression(cat.codec("fp8")), Compression(cat.codec("kivi-2bit"), "endpoint"),
+              Compression(cat.codec("freq-keep-k"), keep=0.3)]
+    for link_model in ("line-rate", "measured"):
+        for link in cat.links.values():
+            for codec in codecs:
+                for prompt, groups in ((100, 1), (5000, 32)):
+                    kv = prompt * 131072.0
+                    one = link_transfers(link_model, link, codec, kv, 2.0, prompt, groups)
+                    arr = link_transfers(link_model, link, codec, np.array([kv]), 2.0, np.array([prompt]), groups)
+                    for f in ("duration", "wire_bytes", "link_j", "transit_j", "transit_bound", "slice_time",
+                              "last_extra"):
+                        assert getattr(one, f) == getattr(arr, f)[0] and type(getattr(one, f)) in (float, bool), f
+
+
+def test_uniforms_drawn_either_way_are_those_of_python_s_random() -> None:
+    import random
+
+    from kvcargo.workload.draws import PYTHON_UNIFORMS_MAX, uniforms
+
+    for k in (1, 5000, PYTHON_UNIFORMS_MAX, PYTHON_UNIFORMS_MAX + 1):
+        ours, ref = random.Random(7), random.Random(7)
+        u = uniforms(ours, k)
+        assert u.dtype == "float64" and u.tolist() == [ref.random() for _ in range(k)]
+        assert ours.getstate() == ref.getstate()

@@ -382,6 +382,12 @@ class SimConfig(BaseModel):
         """A copy with some values changed (validated again)."""
         return SimConfig.build(**{**self.model_dump(), **changes})
 
+    def values(self) -> dict[str, Any]:
+        """Every field's value by name, in order: what :meth:`model_dump` gives (every field holds a
+        plain value), without building pydantic's serializer, which a process whose configuration
+        came validated from kvcargo's cache never needs otherwise (see ``kvcargo.cli.options``)."""
+        return {name: getattr(self, name) for name in SimConfig.model_fields}
+
     @property
     def handoff_features(self) -> tuple[str, ...]:
         """The opt-in hand-off models this run uses (:data:`HANDOFF_FEATURES` off their reference)."""

@@ -7,7 +7,9 @@ Two layers, one implementation:
   :func:`decode_step`, :func:`kv_capacity`) for the calculator, the planner and the docs;
 * leaf *kernels* over packed coefficient arrays (:func:`prefill_work`, :func:`decode_work`,
   :func:`roofline`, :func:`elementwise_pass`) that the event engine calls in its hot loop and may
-  compile with numba. The readable functions call the same kernels, so both agree bit for bit.
+  compile with numba. The readable functions call the same kernels, on the same coefficients
+  packed in tuples (:func:`coefficient_values`, :meth:`Pool.coefficient_values`), so both agree
+  bit for bit and the calculator never imports numpy (a third of its start-up).
 
 Floating-point operations follow the reference order (every check value of §3 is reproduced
 exactly); FLOP counts are exact integers.
@@ -18,13 +20,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cache
-from typing import Literal
-
-import numpy as np
+from typing import TYPE_CHECKING, Literal
 
 from kvcargo._jit import kernel
 from kvcargo.catalog import Device, Model
+from kvcargo.elementwise import is_array
 from kvcargo.errors import KvcargoError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 STEP_OVERHEAD_S = 0.5e-3
 """Fixed scheduler/launch overhead added to every prefill and decode step (no energy)."""
@@ -73,12 +77,17 @@ class Shape:
         ``s · KV_tok``; with sliding-window layers, those layers hand off ``min(s, window)``
         tokens each; a constant state whatever the prompt."""
         if self.state_bytes:
-            return np.full_like(prompt_tokens, self.state_bytes) if isinstance(prompt_tokens, np.ndarray) \
-                else self.state_bytes
+            if is_array(prompt_tokens):
+                import numpy as np
+
+                return np.full_like(prompt_tokens, self.state_bytes)
+            return self.state_bytes
         if self.window is None:
             return prompt_tokens * self.kv_per_token
         full = self.kv_per_token - self.window_kv_per_token
-        if isinstance(prompt_tokens, np.ndarray):
+        if is_array(prompt_tokens):
+            import numpy as np
+
             kept = np.minimum(prompt_tokens, self.window)
         else:
             kept = min(prompt_tokens, self.window)
@@ -202,11 +211,13 @@ MF_W_STR, MF_ROW, MF_KV_TOK, MF_W_DENSE, MF_W_EXPERT, MF_TOPK_FRAC, MF_EXPERT_SL
 
 
 @cache
-def model_coefficients(model: Model, lm_head: LmHead = "all") -> tuple[np.ndarray, np.ndarray]:
-    """Pack a model into the (int64, float64) arrays the kernels read."""
+def coefficient_values(model: Model, lm_head: LmHead = "all") -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """A model's (integer, float) kernel coefficients as tuples, each float as its float64 slot
+    holds it: what :func:`model_coefficients` packs, and what the readable functions pass the
+    kernels (a tuple indexes as the array does)."""
     s = shape(model)
     L, d = model.layers, model.d_model
-    mi = np.zeros(7, dtype=np.int64)
+    mi = [0] * 7
     mi[MI_TWO_PMM] = 2 * s.p_mm
     mi[MI_TWO_PLAYERS] = 2 * s.p_layers
     mi[MI_TWO_VD] = 2 * model.vocab * d
@@ -214,20 +225,30 @@ def model_coefficients(model: Model, lm_head: LmHead = "all") -> tuple[np.ndarra
     mi[MI_FOUR_LD] = 4 * L * d
     mi[MI_LM_LAST] = 1 if lm_head == "last" else 0
     mi[MI_EXPERTS] = model.experts
-    mf = np.zeros(10, dtype=np.float64)
-    mf[MF_W_STR] = s.w_str
-    mf[MF_ROW] = s.row_bytes
+    mf = [0.0] * 10
+    mf[MF_W_STR] = float(s.w_str)
+    mf[MF_ROW] = float(s.row_bytes)
     mf[MF_KV_TOK] = float(s.kv_per_token)
     if model.experts:
         mlp = 3 * d * model.d_ff
         moe_layers = L - model.dense_layers
-        mf[MF_W_EXPERT] = mlp
-        mf[MF_W_DENSE] = attention_params(model) + d * model.experts + model.shared_experts * mlp
+        mf[MF_W_EXPERT] = float(mlp)
+        mf[MF_W_DENSE] = float(attention_params(model) + d * model.experts + model.shared_experts * mlp)
         mf[MF_TOPK_FRAC] = 1.0 - model.top_k / model.experts
-        mf[MF_EXPERT_SLOTS] = model.experts
-        mf[MF_MOE_LAYERS] = moe_layers
-        mf[MF_W_REST] = s.p_mm - moe_layers * (mf[MF_W_DENSE] + model.top_k * mlp)
-        mf[MF_WB] = model.weight_bytes
+        mf[MF_EXPERT_SLOTS] = float(model.experts)
+        mf[MF_MOE_LAYERS] = float(moe_layers)
+        mf[MF_W_REST] = float(s.p_mm - moe_layers * (mf[MF_W_DENSE] + model.top_k * mlp))
+        mf[MF_WB] = float(model.weight_bytes)
+    return tuple(mi), tuple(mf)
+
+
+@cache
+def model_coefficients(model: Model, lm_head: LmHead = "all") -> tuple[np.ndarray, np.ndarray]:
+    """Pack a model into the (int64, float64) read-only arrays the engine's kernels read."""
+    import numpy as np
+
+    mi_values, mf_values = coefficient_values(model, lm_head)
+    mi, mf = np.array(mi_values, dtype=np.int64), np.array(mf_values, dtype=np.float64)
     mi.setflags(write=False)
     mf.setflags(write=False)
     return mi, mf
@@ -420,8 +441,17 @@ class Pool:
         return (self.cap_w - self.device.idle_w) * self.n
 
     def coefficients(self) -> np.ndarray:
-        """Pack into the float64 array :func:`roofline` reads."""
-        hf = np.zeros(11, dtype=np.float64)
+        """Pack into the read-only float64 array :func:`roofline` reads in the engine."""
+        import numpy as np
+
+        hf = np.array(self.coefficient_values(), dtype=np.float64)
+        hf.setflags(write=False)
+        return hf
+
+    def coefficient_values(self) -> tuple[float, ...]:
+        """The coefficients :meth:`coefficients` packs, as a tuple of floats (what the readable
+        functions pass :func:`roofline`)."""
+        hf = [0.0] * 11
         hf[HF_RF] = self.flop_rate
         hf[HF_RB] = self.byte_rate
         hf[HF_J_FLOP] = self.joules_per_flop
@@ -433,8 +463,7 @@ class Pool:
         hf[HF_IDLE] = self.idle_w
         hf[HF_PEAK_FLOPS] = self.device.peak_flops * self.n
         hf[HF_PEAK_BW] = self.device.hbm_bw * self.n
-        hf.setflags(write=False)
-        return hf
+        return tuple(float(v) for v in hf)
 
 
 def kv_capacity(model: Model, pool: Pool, w_res: float | None = None) -> int:
@@ -493,13 +522,13 @@ def step_bound(pool: Pool, flops: float, nbytes: float, t: float) -> str:
 
 
 def _step(pool: Pool, flops: int, nbytes: float) -> StepCost:
-    t, e_c, e_m = roofline(pool.coefficients(), flops, nbytes)
+    t, e_c, e_m = roofline(pool.coefficient_values(), flops, nbytes)
     return StepCost(int(flops), float(nbytes), float(t), float(e_c), float(e_m), step_bound(pool, flops, nbytes, t))
 
 
 def prefill_step(model: Model, pool: Pool, prompts: list[int], lm_head: LmHead = "all") -> StepCost:
     """Cost of one prefill step over whole prompts."""
-    mi, mf = model_coefficients(model, lm_head)
+    mi, mf = coefficient_values(model, lm_head)
     tokens = sum(prompts)
     quad = sum(s * (s + 1) for s in prompts)
     flops, nbytes = prefill_work(mi, mf, tokens, quad, len(prompts))
@@ -508,7 +537,7 @@ def prefill_step(model: Model, pool: Pool, prompts: list[int], lm_head: LmHead =
 
 def decode_step(model: Model, pool: Pool, batch: int, context_per_seq: int) -> StepCost:
     """Cost of one decode step: ``batch`` sequences of ``context_per_seq`` cached tokens each."""
-    mi, mf = model_coefficients(model)
+    mi, mf = coefficient_values(model)
     flops, nbytes = decode_work(mi, mf, batch, batch * context_per_seq)
     return _step(pool, flops, nbytes)
 

@@ -6,7 +6,9 @@ hand-offs alone fill the link. It owns no physics: the transfer comes from
 :func:`kvcargo.linkmodel.link_transfers` and the prefill from :func:`prefill_time`, the very
 functions the engine's parameters and the planner's ceilings come from, so a one-request
 simulation on an idle link hands off in the calculator's time and its TTFT is the calculator's
-prefill (tests/test_calculator_equals_simulator.py).
+prefill (tests/test_calculator_equals_simulator.py). It figures one hand-off in plain numbers:
+``kvcargo handoff`` never imports numpy (parallel layouts, speculative drafts and endpoint codecs
+load it when asked for).
 """
 
 from __future__ import annotations
@@ -16,19 +18,15 @@ import math
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from kvcargo import catalog as catalog_mod
-from kvcargo import parallel
 from kvcargo.catalog import Catalog, Link, Model
 from kvcargo.ced import encoder_resident_bytes, replay_on_decode
-from kvcargo.cost import LmHead, Pool, elementwise_pass, model_coefficients, prefill_step, require_fit, shape
+from kvcargo.cost import LmHead, Pool, coefficient_values, elementwise_pass, prefill_step, require_fit, shape
 from kvcargo.errors import KvcargoError
 from kvcargo.formats import is_default, require_units, with_formats
 from kvcargo.limits import check_ranges, max_step_tokens, step_token_error
 from kvcargo.linkmodel import link_transfers
 from kvcargo.params import HandoffConfig, layer_groups_error, transit_option_error
-from kvcargo.speculative import draft_prefill_time, make_draft
 from kvcargo.stepcost import ATTENTION, step_class
 from kvcargo.stepcost import prefill_step as class_prefill_step
 from kvcargo.transfer import Compression, SendMode, Transfers, endpoint_work
@@ -47,6 +45,8 @@ def prefill_time(model: Model, pool: Pool, n: int, tokens: int, *, cost_model: s
     prompt. The calculator (n = 1) and the planner's prefill ceiling both time a prefill here."""
     prompts = [tokens] * n
     if lever is not None and lever.layout is not None:  # with its communication
+        from kvcargo import parallel
+
         t = parallel.prefill_time(model, pool, lever.layout, lever.scale_up, prompts, lm_head)
     elif step_class(model) == ATTENTION and cost_model == "roofline":
         t = prefill_step(model, pool, prompts, lm_head).time  # steps.step_cost's roofline branch
@@ -57,11 +57,15 @@ def prefill_time(model: Model, pool: Pool, n: int, tokens: int, *, cost_model: s
     else:  # FFT-mixing or CED (an encoder-only prefill pool when the decode side replays)
         t = class_prefill_step(model, pool, prompts, lm_head, fft_efficiency, encoder_only).time
     if draft is not None:  # the draft prefills the same prompts
+        from kvcargo.speculative import draft_prefill_time
+
         t += draft_prefill_time(draft, pool, prompts)
     encode = 0.0
     if compression is not None and compression.at == "endpoint":
+        import numpy as np
+
         ops, moved = endpoint_work(compression, np.full(n, float(handoff_bytes)), np.full(n, tokens), model.kv_bytes)
-        encode = elementwise_pass(pool.coefficients(), float(ops.sum()), float(moved.sum()))[0]
+        encode = elementwise_pass(pool.coefficient_values(), float(ops.sum()), float(moved.sum()))[0]
         t += encode
     return t, encode
 
@@ -71,12 +75,12 @@ def landed_after(x: Transfers, prefill_s: float, groups: int, channels: int) -> 
     has landed on an idle link, by the engine's own arithmetic: slice g is ready at g/groups of
     the step, takes the earliest free of ``channels`` channels for ``slice_time``, and the last
     adds ``last_extra``. (One slice is a whole hand-off: it moves at the step's end for
-    ``duration``.)"""
+    ``duration``.) ``x``: the hand-off's figures as numbers."""
     free = [0.0] * min(channels, groups)  # when each channel is next free (a heap)
     done = 0.0
     for g in range(1, groups + 1):
         ready = prefill_s if g == groups else prefill_s * g / groups
-        busy = float(x.slice_time[0]) + (float(x.last_extra[0]) if g == groups else 0.0)
+        busy = float(x.slice_time) + (float(x.last_extra) if g == groups else 0.0)
         done = max(ready, heapq.heappop(free)) + busy
         heapq.heappush(free, done)
     return done
@@ -160,7 +164,7 @@ def calculate(model: Model, prompt: int, link: Link, pool: Pool, compression: Co
         raise KvcargoError(f"prompt must be a positive whole number of tokens, got {prompt!r}")
     if send not in ("whole", "layerwise"):
         raise KvcargoError(f"unknown send mode {send!r}; valid choices: layerwise, whole")
-    limit = max_step_tokens(model_coefficients(model)[0])
+    limit = max_step_tokens(coefficient_values(model)[0])
     if prompt > limit:
         raise step_token_error(model.key, "--prompt", prompt, limit)
     replay = replay_on_decode(model)
@@ -169,13 +173,12 @@ def calculate(model: Model, prompt: int, link: Link, pool: Pool, compression: Co
     draft_kv = shape(draft).kv_per_token if draft is not None else 0
     kv = s.handoff_bytes(prompt) + prompt * draft_kv
     slices = (groups or model.layers) if send == "layerwise" else 1
-    x = link_transfers(link_model, link, compression, np.array([kv], dtype=np.float64), model.kv_bytes,
-                       np.array([prompt], dtype=np.int64), slices)
-    wire = float(x.wire_bytes[0])
+    x = link_transfers(link_model, link, compression, float(kv), model.kv_bytes, prompt, slices)
+    wire = float(x.wire_bytes)
     prefill_s, encode_s = prefill_time(model, pool, 1, prompt, cost_model=cost_model, lm_head=lm_head,
                                        encoder_only=replay, draft=draft, compression=compression,
                                        handoff_bytes=kv)
-    transfer_s = float(x.duration[0])
+    transfer_s = float(x.duration)
     exposed = transfer_s if slices == 1 else landed_after(x, prefill_s, slices, channels or link.channels) - prefill_s
     ratio = 1.0 if compression is None else kv / wire if compression.codec.kind == "kivi" else compression.ratio
     return HandoffResult(
@@ -201,7 +204,7 @@ def calculate(model: Model, prompt: int, link: Link, pool: Pool, compression: Co
         draft_kv_bytes_per_token=draft_kv,
         compress_at=compression.at if compression else "transit",
         encode_s=encode_s,
-        transit_bound=bool(x.transit_bound[0]),
+        transit_bound=bool(x.transit_bound),
         cost_model=cost_model,
         link_model=link_model,
     )
@@ -241,7 +244,11 @@ def calculate_config(config: HandoffConfig, cat: Catalog | None = None) -> tuple
         codec = Compression(cat.codec(c.kv_compress), c.kv_compress_at, c.kv_keep, c.kv_ratio, **stage)
         if codec.at == "endpoint" and codec.is_identity:
             codec = None  # as the simulator: nothing to do on the GPU, and no in-transit stage either
-    draft = make_draft(m, c.speculative, cat, None, None, None).model if c.speculative else None
+    draft = None
+    if c.speculative:
+        from kvcargo.speculative import make_draft
+
+        draft = make_draft(m, c.speculative, cat, None, None, None).model
     result = calculate(m, c.prompt, ln, pool, codec, c.send, draft, groups=c.layer_groups, channels=c.link_channels,
                        cost_model=c.cost_model, link_model=c.link_model, lm_head=c.lm_head)
     return result, m, ln, pool

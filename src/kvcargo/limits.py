@@ -12,11 +12,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from kvcargo.errors import KvcargoError
-from kvcargo.workload.stream import Workload
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from kvcargo.workload.stream import Workload
 
 INT64_MAX = 2**63 - 1
 REFERENCE_MAX_LENGTH = 32_768
@@ -130,7 +133,7 @@ def check_workload(model_key: str, mi: np.ndarray, workload: Workload, token_bud
     limit = max_step_tokens(mi)
     if token_budget > limit:
         raise step_token_error(model_key, "--token-budget", token_budget, limit)
-    longest = int(np.argmax(workload.prompt))
+    longest = int(workload.prompt.argmax())
     if workload.prompt[longest] > limit:
         raise step_token_error(model_key, f"request {longest}'s prompt", int(workload.prompt[longest]), limit)
     last = float(workload.arrival[-1])

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from kvcargo import measured_csv
 from kvcargo.catalog import Link
+from kvcargo.elementwise import as_floats, maximum
 from kvcargo.errors import KvcargoError
 from kvcargo.transfer import Compression, Transfers, transfers
+
+if TYPE_CHECKING:
+    import numpy as np
 
 LAYER_OVERHEAD_MESSAGES = 3.1
 """Per-layer non-overlapped cost of layer-wise sending, in message overheads. Fitted to one
@@ -38,19 +41,19 @@ def rate(link: Link) -> float:
     return r if link.channel_cap is None else min(r, link.channel_cap)
 
 
-def message_s(link: Link, nbytes: np.ndarray | float) -> np.ndarray:
+def message_s(link: Link, nbytes: np.ndarray | float) -> np.ndarray | float:
     """Seconds one message of ``nbytes`` holds a channel under the measured model."""
     overhead = link.latency if link.message_overhead_s is None else link.message_overhead_s
-    t = overhead + np.asarray(nbytes, dtype=np.float64) / rate(link)
-    return t if link.min_message_s is None else np.maximum(t, link.min_message_s)
+    t = overhead + as_floats(nbytes) / rate(link)
+    return t if link.min_message_s is None else maximum(t, link.min_message_s)
 
 
-def transfer_s(link: Link, nbytes: np.ndarray | float, channels: int = 1) -> np.ndarray:
+def transfer_s(link: Link, nbytes: np.ndarray | float, channels: int = 1) -> np.ndarray | float:
     """Seconds to move ``nbytes`` over ``channels`` channels of ``link`` under the measured model,
     striped as one message per channel started together (a multi-rail transfer engine)."""
     if channels < 1:
         raise KvcargoError(f"channels must be >= 1, got {channels}")
-    return message_s(link, np.asarray(nbytes, dtype=np.float64) / channels)
+    return message_s(link, as_floats(nbytes) / channels)
 
 
 def layer_overhead_s(link: Link) -> float:
@@ -69,25 +72,26 @@ def effective(link: Link) -> Link:
     return link.model_copy(update={"bandwidth": rate(link), "latency": overhead})
 
 
-def measured_transfers(link: Link, compression: Compression | None, nbytes: np.ndarray, kv_value_bytes: float,
-                       prompt: np.ndarray | None = None, groups: int = 1) -> Transfers:
+def measured_transfers(link: Link, compression: Compression | None, nbytes: np.ndarray | float,
+                       kv_value_bytes: float, prompt: np.ndarray | float | None = None, groups: int = 1) -> Transfers:
     """:func:`kvcargo.transfer.transfers` under the measured model (``link`` as in the catalog):
     every layer-wise slice pays the message overhead, the last one the per-layer costs of all."""
     eff = effective(link)
     x = transfers(eff, compression, nbytes, kv_value_bytes, prompt, groups)
-    duration = x.duration if link.min_message_s is None else np.maximum(x.duration, link.min_message_s)
+    duration = x.duration if link.min_message_s is None else maximum(x.duration, link.min_message_s)
     if groups == 1:
         return replace(x, duration=duration)
     slice_time = x.slice_time + eff.latency
     if link.min_message_s is not None:
-        slice_time = np.maximum(slice_time, link.min_message_s)
+        slice_time = maximum(slice_time, link.min_message_s)
     last_extra = x.last_extra - eff.latency + groups * layer_overhead_s(link)
     return replace(x, duration=duration, slice_time=slice_time, last_extra=last_extra)
 
 
-def link_transfers(link_model: str, link: Link, compression: Compression | None, nbytes: np.ndarray,
-                   kv_value_bytes: float, prompt: np.ndarray | None = None, groups: int = 1) -> Transfers:
-    """The link seam: per-request transfer figures under ``--link-model``."""
+def link_transfers(link_model: str, link: Link, compression: Compression | None, nbytes: np.ndarray | float,
+                   kv_value_bytes: float, prompt: np.ndarray | float | None = None, groups: int = 1) -> Transfers:
+    """The link seam: per-request transfer figures under ``--link-model`` (for an array of
+    hand-offs, or one hand-off's numbers)."""
     if link_model == "measured":
         return measured_transfers(link, compression, nbytes, kv_value_bytes, prompt, groups)
     return transfers(link, compression, nbytes, kv_value_bytes, prompt, groups)
@@ -103,6 +107,8 @@ def layerwise_exposed(link: Link, kv_bytes: float, prefill_s: float, layers: int
 def read_send_recv(path: str | Path, across_nodes: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Message bytes and median seconds from a Vidur ``send_recv.csv`` (2 KiB … 64 MiB), across
     nodes (``devices_per_node`` 1) or within one."""
+    import numpy as np
+
     header, lines = measured_csv.read(path)
     need = ("devices_per_node", "size", "time_stats.send_recv.median")
     missing = [c for c in need if c not in header]
@@ -124,6 +130,8 @@ def read_send_recv(path: str | Path, across_nodes: bool = True) -> tuple[np.ndar
 def fit_send_recv(sizes: np.ndarray, times: np.ndarray, bandwidth: float) -> dict[str, float]:
     """``message_overhead_s`` and ``efficiency`` of a link of line rate ``bandwidth`` minimising the
     relative error of ``overhead + n / (bandwidth · efficiency)`` on a measured curve."""
+    import numpy as np
+
     a = np.stack([1.0 / times, sizes / times], axis=1)
     (overhead, inv_rate), *_ = np.linalg.lstsq(a, np.ones_like(times), rcond=None)
     if overhead < 0 or inv_rate <= 0:

@@ -66,7 +66,7 @@ class SimResult:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data: the configuration and the summary."""
-        return {"config": self.config.model_dump(), "summary": self.summary}
+        return {"config": self.config.values(), "summary": self.summary}
 
     def write_requests_csv(self, path: str | Path) -> None:
         """One row per request; empty cells where a stage does not apply; floats as ``repr``. When

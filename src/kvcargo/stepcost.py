@@ -16,13 +16,15 @@ of distinct lengths of a batch is the OR of those bits).
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from kvcargo import ced, cost, mixers, optical
 from kvcargo._jit import kernel
 from kvcargo.catalog import Model
 from kvcargo.cost import HF_OVERHEAD, LmHead, Pool, StepCost
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ATTENTION, FFT_MIXING, CED = 0, 1, 2
 
@@ -52,6 +54,8 @@ def model_extension(model: Model, lm_head: LmHead = "all", fft_efficiency: float
 
     ``encoder_only``: the prefill pool runs only the encoder (CED with the replay on decode).
     """
+    import numpy as np
+
     s = cost.shape(model)
     d, L = model.d_model, model.layers
     xi = np.zeros(19, dtype=np.int64)
@@ -89,6 +93,8 @@ def model_extension(model: Model, lm_head: LmHead = "all", fft_efficiency: float
 def engine_coefficients(pool: Pool, model: Model) -> np.ndarray:
     """A pool's transform engine packed for the kernels (all zero without one, or for a model
     that gives it nothing to do)."""
+    import numpy as np
+
     eo = np.zeros(8, dtype=np.float64)
     e = pool.device.ft_engine
     if e is not None and mixers.is_fft_mixing(model):
@@ -108,6 +114,8 @@ def request_terms(model: Model, prompt: np.ndarray) -> np.ndarray:
     """Per request (columns): the prompt's own FLOP term, its replay length, the bit of its padded
     FFT length. FFT-mixing: the long convolutions of the prompt; CED: the replay attention over
     the decoder layers (replay on prefill) or over every layer (replay in the decode step)."""
+    import numpy as np
+
     out = np.zeros((len(prompt), 3), dtype=np.int64)
     cls = step_class(model)
     if cls == FFT_MIXING:
@@ -245,6 +253,8 @@ def _no_overhead(pool: Pool) -> np.ndarray:
 def prefill_step(model: Model, pool: Pool, prompts: list[int], lm_head: LmHead = "all",
                  fft_efficiency: float | None = None, encoder_only: bool = False) -> MixerStep:
     """Cost of one prefill step of any step class over whole prompts."""
+    import numpy as np
+
     mi, mf = cost.model_coefficients(model, lm_head)
     xi, xf = model_extension(model, lm_head, fft_efficiency, encoder_only)
     p = np.asarray(prompts, dtype=np.int64)

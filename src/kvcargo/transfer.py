@@ -2,7 +2,8 @@
 
 :func:`transfers` gives every hand-off's link time, wire bytes and energy at line rate, and
 :func:`endpoint_work` the GPU work of compressing at the endpoint (reference-semantics §4–§5),
-elementwise on numpy arrays. A hand-off is timed through one function,
+elementwise on numpy arrays (:func:`transfers` also on one hand-off's numbers, see
+:mod:`kvcargo.elementwise`). A hand-off is timed through one function,
 :func:`kvcargo.linkmodel.link_transfers` (the link-model seam, built on :func:`transfers`), by the
 calculator, the planner's ceilings and the engine alike; the scheduled engine, which accepts only
 line-rate links, calls :func:`transfers` itself, which is what the seam returns there.
@@ -11,12 +12,14 @@ line-rate links, calls :func:`transfers` itself, which is what the seam returns 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
-
-import numpy as np
+from typing import TYPE_CHECKING, Literal
 
 from kvcargo.catalog import Codec, Link
+from kvcargo.elementwise import as_floats, maximum, minimum, zeros_like
 from kvcargo.errors import KvcargoError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Placement = Literal["transit", "endpoint"]
 SendMode = Literal["whole", "layerwise"]
@@ -83,28 +86,31 @@ class Compression:
         return (self.codec.kind == "fixed" and self.ratio == 1.0 and self.codec.ops_per_value == 0
                 and self.codec.decode_ops_per_value == 0 and not self.codec.fft)
 
-    def wire_bytes(self, nbytes: np.ndarray, prompt: np.ndarray, kv_value_bytes: float) -> np.ndarray:
+    def wire_bytes(self, nbytes: np.ndarray | float, prompt: np.ndarray | float,
+                   kv_value_bytes: float) -> np.ndarray | float:
         """Bytes on the wire for hand-offs of ``nbytes`` (prompts of ``prompt`` tokens).
 
         KIVI keeps the most recent ``residual`` tokens in full precision and quantises the rest
         to ``bits`` bits per value plus an FP16 scale and zero point per group of ``group``.
         """
-        n = np.asarray(nbytes, dtype=np.float64)
+        n = as_floats(nbytes)
         if self.codec.kind != "kivi":
             return n / self.ratio
         c = self.codec
-        p = np.asarray(prompt, dtype=np.float64)
-        recent = np.minimum(p, c.residual) / p
+        p = as_floats(prompt)
+        recent = minimum(p, float(c.residual)) / p
         return n * ((1 - recent) * (c.bits + 32 / c.group) / (8 * kv_value_bytes) + recent)
 
     def decode_work(self, nbytes: np.ndarray, wire: np.ndarray, kv_value_bytes: float) -> tuple[np.ndarray, np.ndarray]:
         """(ops, bytes) of decompressing on the decode GPU: read the wire copy, write BF16."""
-        n = np.asarray(nbytes, dtype=np.float64)
+        n = as_floats(nbytes)
         return self.codec.decode_ops_per_value * (n / kv_value_bytes), wire + n
 
 
 def fft_ops_per_value(prompt: np.ndarray) -> np.ndarray:
     """FFT work along the tokens per value: 2·R(n)/n, R(n) = 2.5·n·log2(n), n = next 2^k ≥ s."""
+    import numpy as np
+
     prompt = np.asarray(prompt, dtype=np.int64)
     log2n = np.array([max(0, int(s - 1).bit_length()) for s in prompt.tolist()], dtype=np.int64)
     n = (np.int64(1) << log2n).astype(np.float64)
@@ -113,31 +119,32 @@ def fft_ops_per_value(prompt: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Transfers:
-    """Per-request link figures (arrays aligned with the requests)."""
+    """Per-request link figures (arrays aligned with the requests; numbers for one hand-off)."""
 
-    duration: np.ndarray
+    duration: np.ndarray | float
     """Seconds a whole hand-off holds a link channel."""
-    wire_bytes: np.ndarray
-    link_j: np.ndarray
-    transit_j: np.ndarray
-    transit_bound: np.ndarray
+    wire_bytes: np.ndarray | float
+    link_j: np.ndarray | float
+    transit_j: np.ndarray | float
+    transit_bound: np.ndarray | bool
     """True where the in-transit stage's compute, not the wire, set the duration."""
-    slice_time: np.ndarray
+    slice_time: np.ndarray | float
     """Layer-wise streaming: seconds each of the ``groups`` slices holds a channel."""
-    last_extra: np.ndarray
+    last_extra: np.ndarray | float
     """Layer-wise streaming: latency the last slice adds (the link's, and the stage's)."""
 
 
-def transfers(link: Link, compression: Compression | None, nbytes: np.ndarray, kv_value_bytes: float,
-              prompt: np.ndarray | None = None, groups: int = 1) -> Transfers:
-    """Link time, wire bytes and energy of hand-offs of ``nbytes`` each (§4, §5).
+def transfers(link: Link, compression: Compression | None, nbytes: np.ndarray | float, kv_value_bytes: float,
+              prompt: np.ndarray | float | None = None, groups: int = 1) -> Transfers:
+    """Link time, wire bytes and energy of hand-offs of ``nbytes`` each (§4, §5): an array of
+    them, or one hand-off's number (then every figure is a number).
 
     Whole: ``latency + bytes/bandwidth`` (in transit also 1 µs + the larger of wire and compute
     time). Sliced in ``groups``: each slice takes its share of the wire (or compute) time and the
     latencies are paid once, by the last slice.
     """
-    n = np.asarray(nbytes, dtype=np.float64)
-    zeros = np.zeros_like(n)
+    n = as_floats(nbytes)
+    zeros = zeros_like(n)
     latency = link.latency
     wire = n if compression is None else compression.wire_bytes(n, n if prompt is None else prompt, kv_value_bytes)
     t_wire = wire / link.bandwidth
@@ -146,10 +153,10 @@ def transfers(link: Link, compression: Compression | None, nbytes: np.ndarray, k
         duration = link.latency + t_wire
     else:
         t_ops = (compression.codec.ops_per_value * (n / kv_value_bytes)) / (compression.ops_per_byte * link.bandwidth)
-        duration = link.latency + TRANSIT_LATENCY_S + np.maximum(t_wire, t_ops)
+        duration = link.latency + TRANSIT_LATENCY_S + maximum(t_wire, t_ops)
         transit_j = n * 8 * compression.pj_per_bit * 1e-12
         latency = link.latency + TRANSIT_LATENCY_S
-    slice_time = np.maximum(t_wire, t_ops) / groups
+    slice_time = maximum(t_wire, t_ops) / groups
     return Transfers(duration, wire, wire * 8 * link.pj_per_bit * 1e-12, transit_j, t_ops > t_wire,
                      slice_time, latency + zeros)
 
@@ -157,6 +164,8 @@ def transfers(link: Link, compression: Compression | None, nbytes: np.ndarray, k
 def endpoint_work(compression: Compression, nbytes: np.ndarray, prompt: np.ndarray,
                   kv_value_bytes: float) -> tuple[np.ndarray, np.ndarray]:
     """Per-request (ops, bytes) of compressing on the prefill GPU: read the KV, write the copy."""
+    import numpy as np
+
     n = np.asarray(nbytes, dtype=np.float64)
     per_value = compression.codec.ops_per_value + (
         fft_ops_per_value(prompt) if compression.codec.fft else 0.0)

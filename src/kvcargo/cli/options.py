@@ -75,5 +75,15 @@ def given_params(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def config_from(params: dict[str, Any]) -> SimConfig:
-    """A validated SimConfig from the options that were given."""
-    return _sim_config().build(**given_params(params))
+    """A validated SimConfig from the options that were given, kept in kvcargo's cache for the next
+    process given the same options while kvcargo's sources and pydantic are unchanged: validating
+    first builds pydantic's validator (tens of ms, more than a short run's simulation). Bad
+    options are never stored: they fail the same way every time."""
+    from pydantic.version import VERSION
+
+    from kvcargo import cachefiles
+    from kvcargo._jit import source_digest
+
+    given = given_params(params)
+    key = (source_digest(), VERSION, tuple((k, type(v).__name__, v) for k, v in sorted(given.items())))
+    return cachefiles.cached("sim-config", key, lambda: _sim_config().build(**given))

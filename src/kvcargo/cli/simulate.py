@@ -50,7 +50,7 @@ def command(as_json: bool, requests_csv: str | None, trace_file: str | None, sum
         if as_json:
             click.echo(json.dumps(jsonable([r.to_dict() for r in results]), indent=2))
         else:
-            click.echo("\n\n".join(render(r.config.model_dump(), r.summary) for r in results))
+            click.echo("\n\n".join(render(r.config.values(), r.summary) for r in results))
         return
     result = simulate(config, summary_only=summary_only)
     if requests_csv:
@@ -64,4 +64,4 @@ def command(as_json: bool, requests_csv: str | None, trace_file: str | None, sum
     elif as_json:
         click.echo(json.dumps(jsonable(result.to_dict()), indent=2))
     else:
-        click.echo(render(config.model_dump(), result.summary))
+        click.echo(render(config.values(), result.summary))

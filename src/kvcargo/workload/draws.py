@@ -15,6 +15,9 @@ import numpy as np
 from kvcargo._jit import kernel
 
 NV_MAGICCONST = 4 * math.exp(-0.5) / math.sqrt(2.0)
+PYTHON_UNIFORMS_MAX = 65_536
+"""Up to this many uniforms are drawn by ``rng.random()`` itself: importing numpy's bit
+generators costs a process more (~10 ms) than drawing them one call at a time (~70 ns each)."""
 
 
 @kernel
@@ -78,7 +81,9 @@ def uniforms(rng, k: int) -> np.ndarray:
     ``k`` calls would. numpy's MT19937 is the same Mersenne Twister as Python's ``random``: it
     continues from ``rng``'s state, draws two 32-bit words a, b per value (exactly:
     ``((a >> 5)·2^26 + (b >> 6)) / 2^53``) and hands its state back; three times faster than
-    ``getrandbits`` for a million values."""
+    ``getrandbits`` for a million values. At most :data:`PYTHON_UNIFORMS_MAX`: ``k`` calls."""
+    if k <= PYTHON_UNIFORMS_MAX:
+        return np.array([rng.random() for _ in range(k)], dtype=np.float64)
     version, internal, gauss = rng.getstate()
     mt = np.random.MT19937()
     mt.state = {"bit_generator": "MT19937",
