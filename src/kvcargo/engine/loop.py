@@ -79,8 +79,8 @@ def run_instance(st, pr, d, ending):
     pending event — first ending the step in flight, if ``ending`` — and schedule the first step
     that does not (or leave the instance asleep).
 
-    The dispatch is written out here rather than in small helpers: compiled, every helper with a
-    branch that takes ``st`` and ``pr`` costs reference counting on each step."""
+    The dispatch is written out here rather than in small helpers: compiled, each would be a call
+    on every step."""
     colocated = pr.ints[P_COLOCATED]
     while True:
         if ending:
