@@ -93,8 +93,8 @@ _cache_set = False
 def kernel(fn: F | None = None, *, inline: bool = False, refcounts: bool = True) -> F:
     """Mark ``fn`` as a kernel: plain Python until the process compiles (see module docstring).
 
-    ``inline=True`` splices a small helper into its compiled callers: a compiled call that passes
-    the state arrays costs reference counting, which dominates helpers of a few lines.
+    ``inline=True`` splices a small helper into its compiled callers: a compiled call costs more
+    than a helper of a few lines does.
     ``refcounts=False`` compiles without numba's reference counting, for a kernel that allocates
     no array: reading an array out of a tuple of arrays otherwise costs an atomic increment and
     decrement each time.

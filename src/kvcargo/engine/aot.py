@@ -314,11 +314,12 @@ def _compile(arrays: tuple[np.ndarray, ...], signatures: dict[str, tuple[Any, ..
         # pycc compiles a module-level function: the wrapper is written out as a tiny module.
         src = work / "kvcargo_engine_entry.py"
         src.write_text(
-            "from kvcargo.engine._structs import ParamsRef, StateRef\n"
-            "from kvcargo.engine.loop import run_events\n\n\n"
+            "from kvcargo.engine._structs import by_pointer\n"
+            "from kvcargo.engine.loop import run_events\n"
+            "from kvcargo.engine.state import Params, State\n\n\n"
             f"def {ENTRY}({', '.join(names)}):\n"
-            f"    return run_events(StateRef({', '.join(names[:len(State._fields)])}), "
-            f"ParamsRef({', '.join(names[len(State._fields):])}))\n", encoding="utf-8")
+            f"    return run_events(by_pointer(State({', '.join(names[:len(State._fields)])})), "
+            f"by_pointer(Params({', '.join(names[len(State._fields):])})))\n", encoding="utf-8")
         spec = importlib.util.spec_from_file_location("kvcargo_engine_entry", src)
         entry_mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
         spec.loader.exec_module(entry_mod)  # type: ignore[union-attr]

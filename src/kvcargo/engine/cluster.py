@@ -291,15 +291,15 @@ def _dense_blocks(w) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untype
     return dense.astype(np.int64), np.ascontiguousarray(w.block_offsets, dtype=np.int64)
 
 
-def by_reference(obj: State | Params) -> object:
-    """What the engine is handed: the namedtuple itself in plain Python, a numba StructRef over
-    the same arrays when compiled just in time (see _structs.py; the ahead-of-time engine takes
-    the plain arrays)."""
+def event_loop() -> Callable[[State, Params], int]:
+    """The event loop as this process runs it: plain Python, the ahead-of-time module (it takes
+    the plain arrays), or numba's JIT over pointers to the state and the parameters (see
+    _structs.py)."""
     if not _jit.compiled() or aot.in_use():
-        return obj
-    from kvcargo.engine._structs import by_reference as compiled
+        return run_events
+    from kvcargo.engine._structs import run_by_pointer
 
-    return compiled(obj)
+    return run_by_pointer
 
 
 def run(res: Resolved, built: tuple[Params, Transfers] | None = None,
@@ -338,15 +338,15 @@ def run(res: Resolved, built: tuple[Params, Transfers] | None = None,
     aot.prepare(n * int(params.ints[S.P_GROUPS]))
     transit_bound, wire_bytes = xfer.transit_bound, xfer.wire_bytes
     del xfer  # the other per-request figures are in the parameters now
-    pr = by_reference(params)
-    while (code := run_events(by_reference(st), pr)) != S.FINISHED:
+    loop = event_loop()
+    while (code := loop(st, params)) != S.FINISHED:
         if stop is not None and code == S.LOG_FULL:
             if stop(st):
                 return None
             st.i[S.I_NSTEPS] = 0
             continue
         st = grown(st, code)
-    del params, pr  # before the copies below: the largest tables go first
+    del params  # before the copies below: the largest tables go first
     k = int(st.i[S.I_NSTEPS])
     if fold is not None:
         fold.take(st.logf[:k], st.logi[:k])

@@ -38,7 +38,7 @@ from kvcargo.engine.state import (
 )
 
 
-@kernel
+@kernel(refcounts=False)
 def colocated_begin(st, pr, c):
     """At a step boundary: a prefill step if any prompt is admitted, else a decode step, else
     sleep. Returns the step's end time, or -1 when the instance sleeps."""
@@ -68,7 +68,7 @@ def colocated_begin(st, pr, c):
     return now + dt
 
 
-@kernel
+@kernel(refcounts=False)
 def colocated_end(st, pr, c):
     """End of a step: after a prefill the batch gets its first token and starts decoding."""
     if st.d[c, D_IS_PREFILL] == 0:

@@ -63,7 +63,7 @@ from kvcargo.engine.state import (
 )
 
 
-@kernel
+@kernel(refcounts=False)
 def decode_submit(st, d, r):
     """Queue a request at instance ``d``, waking it if it sleeps."""
     fifo_push(st.qnext, st.d, d, D_HEAD, D_TAIL, r)

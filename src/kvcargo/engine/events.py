@@ -124,8 +124,7 @@ def with_pass(pr, pool, dt, flops, nbytes, e_c, e_m, ops, xbytes):
 @kernel(inline=True)
 def book_step(st, row, now, dt, flops, nbytes, e_c, e_m):
     """A step of stats row ``row`` starts ``now``: add it to the instance's totals (in step order:
-    the sums are the reference's). Straight-line on purpose: compiled, the references it takes
-    are then dropped for free (a branch here costs reference counting on every decode step)."""
+    the sums are the reference's)."""
     st.stats[row, S_BUSY] += dt
     st.stats[row, S_FLOPS] += flops
     st.stats[row, S_BYTES] += nbytes

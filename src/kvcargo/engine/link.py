@@ -80,7 +80,7 @@ def _over_nvlink(st, pr, r):
     return pr.ints[P_TOPOLOGY] == DOMAIN and st.r[r, PORT_A] > 0
 
 
-@kernel
+@kernel(refcounts=False)
 def release_units(st, pr, r, k):
     """Send the next ``k`` parts of request ``r``'s hand-off into the network."""
     g = pr.ints[P_GROUPS]
@@ -95,7 +95,7 @@ def release_units(st, pr, r, k):
             port_trigger(st, pr, port)
 
 
-@kernel
+@kernel(refcounts=False)
 def port_trigger(st, pr, port):
     """Give a free channel of ``port`` to the head of its queue (one grant per trigger, as
     SimPy's resource). A unit that needs a second port then queues there."""
@@ -147,7 +147,7 @@ def _stamp_kv_start(st, r):
         st.i[I_XFERS] += 1
 
 
-@kernel
+@kernel(refcounts=False)
 def unit_granted(st, pr, unit):
     """A unit has its channels: it moves now."""
     _stamp_kv_start(st, unit // pr.ints[P_GROUPS])
@@ -167,7 +167,7 @@ def _account(st, pr, r, busy):
         st.f[F_TRANSIT_J] += pr.rf[r, TRANSIT_J] * share
 
 
-@kernel
+@kernel(refcounts=False)
 def unit_done(st, pr, unit):
     """A unit has crossed: free its channels, account it, and land it."""
     r = unit // pr.ints[P_GROUPS]
@@ -179,7 +179,7 @@ def unit_done(st, pr, unit):
     unit_landed(st, pr, unit)
 
 
-@kernel
+@kernel(refcounts=False)
 def unit_landed(st, pr, unit):
     """A unit's bytes are at the decode side; the hand-off is complete with its last unit."""
     r = unit // pr.ints[P_GROUPS]
@@ -188,7 +188,7 @@ def unit_landed(st, pr, unit):
         handoff_landed(st, pr, r)
 
 
-@kernel
+@kernel(refcounts=False)
 def handoff_landed(st, pr, r):
     """The whole KV cache is at the decode side: the prefill instance lets go of it and the
     request joins a decode queue (the one chosen before the transfer, or the least loaded)."""
@@ -218,7 +218,7 @@ def _flow_cap(st, pr, r):
     return cap
 
 
-@kernel
+@kernel(refcounts=False)
 def fair_advance(st):
     """Move every active unit forward to now at its current rate."""
     dt = st.f[F_NOW] - st.f[F_FLOW_T]
@@ -229,15 +229,16 @@ def fair_advance(st):
     st.f[F_FLOW_T] = st.f[F_NOW]
 
 
-@kernel
+@kernel(refcounts=False)
 def fair_rates(st, pr):
     """Max-min fair rates by progressive filling: raise every unfrozen unit's rate together
     until a port is full or a unit reaches its cap; freeze those; repeat."""
     n = st.i[I_NACTIVE]
     g = pr.ints[P_GROUPS]
     left, count, frozen = st.port_left, st.port_count, st.frozen
-    left[:] = pr.port_cap
-    count[:] = 0
+    for port in range(left.shape[0]):  # not a slice copy: that may allocate (no reference counting here)
+        left[port] = pr.port_cap[port]
+        count[port] = 0
     frozen[:n] = False
     for i in range(n):
         u = st.active[i]
@@ -277,7 +278,7 @@ def fair_rates(st, pr):
                         count[b] -= 1
 
 
-@kernel
+@kernel(refcounts=False)
 def fair_schedule(st):
     """Schedule the next completion (earlier schedules become stale: their generation differs)."""
     soonest = math.inf
@@ -290,7 +291,7 @@ def fair_schedule(st):
         schedule(st, st.f[F_NOW] + max(soonest, 0.0), FLOW_DONE, st.i[I_FLOW_GEN])
 
 
-@kernel
+@kernel(refcounts=False)
 def fair_start(st, pr, unit):
     """A unit starts moving now; everyone's share changes."""
     fair_advance(st)
@@ -303,7 +304,7 @@ def fair_start(st, pr, unit):
     fair_schedule(st)
 
 
-@kernel
+@kernel(refcounts=False)
 def fair_done(st, pr, generation):
     """Units whose bytes are through finish (then land after the path's latency)."""
     if generation != st.i[I_FLOW_GEN]:

@@ -57,7 +57,7 @@ def _schedule_arrival(st, pr, r):
     schedule(st, now + max(0.0, pr.rf[r, ARRIVAL_T] - now), ARRIVAL, r)
 
 
-@kernel
+@kernel(refcounts=False)
 def arrive(st, pr, r):
     """Request ``r`` arrives: reject it if its KV can never fit (a decode instance; with
     reservation also a prefill instance's buffer), else queue it; then the arrival process
@@ -73,14 +73,14 @@ def arrive(st, pr, r):
         _schedule_arrival(st, pr, r + 1)
 
 
-@kernel
+@kernel(refcounts=False)
 def run_instance(st, pr, d, ending):
     """Carry decode (or colocated) instance ``d`` through every step that ends before the next
     pending event — first ending the step in flight, if ``ending`` — and schedule the first step
     that does not (or leave the instance asleep).
 
-    The dispatch is written out here rather than in small helpers: compiled, every helper with a
-    branch that takes ``st`` and ``pr`` costs reference counting on each step."""
+    The dispatch is written out here rather than in small helpers: compiled, each would be a call
+    on every step."""
     colocated = pr.ints[P_COLOCATED]
     while True:
         if ending:
@@ -102,7 +102,7 @@ def run_instance(st, pr, d, ending):
         ending = True
 
 
-@kernel
+@kernel(refcounts=False)
 def run_events(st, pr):
     """Simulate until every request has finished or been rejected (returns FINISHED), or until
     the step log or the event heap is full (LOG_FULL, EVENTS_FULL: grow it and call again to

@@ -60,7 +60,7 @@ def route_prefill(st):
     return best
 
 
-@kernel
+@kernel(refcounts=False)
 def prefill_submit(st, pr, p, r):
     """Queue a prompt at instance ``p``, waking it if it sleeps."""
     fifo_push(st.qnext, st.p, p, P_HEAD, P_TAIL, r)
@@ -69,7 +69,7 @@ def prefill_submit(st, pr, p, r):
     wake(st, st.p, p, P_STATE, PREFILL_WAKE)
 
 
-@kernel
+@kernel(refcounts=False)
 def prefill_begin(st, pr, p):
     """Form a batch from the queue head and start its step (or go to sleep)."""
     head = st.p[p, P_HEAD]
@@ -102,7 +102,7 @@ def prefill_begin(st, pr, p):
         schedule(st, now + dt / groups, SLICE_READY, p)
 
 
-@kernel
+@kernel(refcounts=False)
 def _release_batch(st, pr, r, n):
     """One more part of every multi-token request of a batch (``n`` requests from ``r``) is
     ready to move (of every request when the first token comes from the decode side)."""
@@ -114,7 +114,7 @@ def _release_batch(st, pr, r, n):
         r = nxt
 
 
-@kernel
+@kernel(refcounts=False)
 def prefill_slice(st, pr, p):
     """Layer-wise streaming: slice ``g`` of the batch's KV is final at g/G of the step."""
     g = st.p[p, P_SLICE]
@@ -126,7 +126,7 @@ def prefill_slice(st, pr, p):
         schedule(st, start + (st.stats[p, S_STEP_END] - start) * (g + 1) / groups, SLICE_READY, p)
 
 
-@kernel
+@kernel(refcounts=False)
 def prefill_done(st, pr, p):
     """The step ended: first tokens out, single-token requests finish, the instance takes its
     next batch, and then (as new SimPy processes would) every hand-off asks for the link. When

@@ -23,7 +23,7 @@ from kvcargo.engine.state import (
 )
 
 
-@kernel
+@kernel(refcounts=False)
 def missing_fraction(st, pr, r, d):
     """Record the share of request ``r``'s prompt that instance ``d`` does not hold (blocks are
     full but the last, which holds the rest of the prompt)."""
@@ -41,7 +41,7 @@ def missing_fraction(st, pr, r, d):
     st.tx[r, SEND_FRAC] = min(1.0, missing / prompt)
 
 
-@kernel
+@kernel(refcounts=False)
 def cache_blocks(st, pr, r, d):
     """Request ``r``'s blocks have arrived at ``d``: make them the most recent, then evict the
     least recent while the cache exceeds the instance's spare KV memory."""

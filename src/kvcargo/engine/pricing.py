@@ -42,7 +42,7 @@ def _with_draft_pass(pr, pool, step, f_d, w_d, o_d):
     return (dt + t_d, flops + f_d, nbytes + (w_d + o_d), e_c + c_d, e_m + m_d), t_d
 
 
-@kernel
+@kernel(refcounts=False)
 def prefill_step_cost(st, pr, pool, row, tokens, quad, n, xflops, xtok, xmask):
     """A prefill step over whole prompts on pool ``pool`` (0 prefill/colocated, 1 decode) of stats
     row ``row`` (another model family's per-request terms ``xflops``, ``xtok``, ``xmask``), then the
@@ -63,7 +63,7 @@ def prefill_step_cost(st, pr, pool, row, tokens, quad, n, xflops, xtok, xmask):
     return dt, flops, nbytes, e_c, e_m, e_o, opt, bound
 
 
-@kernel
+@kernel(refcounts=False)
 def decode_step_cost(st, pr, pool, row, batch, context):
     """A decode step over ``batch`` rows whose contexts sum to ``context``; with a draft, a verify
     pass of γ + 1 tokens per row after γ draft passes: (time, FLOPs, bytes, compute J, memory J)."""

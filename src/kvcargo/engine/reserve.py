@@ -30,7 +30,7 @@ from kvcargo.engine.state import (
 )
 
 
-@kernel
+@kernel(refcounts=False)
 def handoff_ready(st, pr, r, k):
     """``k`` more parts of request ``r``'s hand-off are ready to move."""
     if pr.ints[P_EARLY] and st.r[r, DEST] < 0:
@@ -46,7 +46,7 @@ def handoff_ready(st, pr, r, k):
     release_units(st, pr, r, k)
 
 
-@kernel
+@kernel(refcounts=False)
 def try_reserve(st, pr, d):
     """Reserve decode memory for the requests waiting at instance ``d``, in order, while it
     fits; each reserved request's held parts leave at once."""

@@ -55,7 +55,7 @@ def rx_port(pr, d):
     return 1 + pr.ints[P_NPREFILL] + d
 
 
-@kernel
+@kernel(refcounts=False)
 def choose_decode(st, pr, r):
     """Route before the transfer: fewest queued + running + incoming requests; ties go to a
     receiver with a free NIC (``nic``) or in the sender's NVLink domain (``nvlink-domain``),
@@ -95,7 +95,7 @@ def set_ports(st, pr, r, d):
         st.r[r, PORT_B] = -1
 
 
-@kernel
+@kernel(refcounts=False)
 def prefill_kv_change(st, p, delta):
     """Prefill-side KV held by instance ``p`` changes by ``delta`` tokens (time-weighted
     mean and peak are kept); freed memory wakes an instance that stopped for it."""

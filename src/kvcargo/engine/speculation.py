@@ -37,7 +37,7 @@ def spec_join(st, pr, d, r):
     st.spec[r, RNG] = seed_state(pr.ints[P_SPEC_SEED], r)
 
 
-@kernel
+@kernel(refcounts=False)
 def spec_step_end(st, pr, d):
     """After a verify pass: each row draws its acceptances and gains ``min(k + 1, left)`` tokens;
     rows that reach their output length free their KV and finish (row order kept)."""
