@@ -177,3 +177,22 @@ def test_uniforms_drawn_either_way_are_those_of_python_s_random() -> None:
         u = uniforms(ours, k)
         assert u.dtype == "float64" and u.tolist() == [ref.random() for _ in range(k)]
         assert ours.getstate() == ref.getstate()
+
+
+def test_the_compiled_entry_takes_only_arguments_of_the_types_it_was_built_for() -> None:
+    import numpy as np
+
+    from kvcargo.engine import aot
+
+    spec = aot.parse_spec(["<f8:2:C", "<i8:1:A", "i", "f"])
+    grid, ids = np.zeros((3, 4)), np.arange(5)
+    assert aot.fits((grid, ids, 3, 0.5), spec) and aot.fits((grid, ids[::2], np.int64(3), np.float64(1)), spec)
+    for bad in [(grid.T, ids, 3, 0.5),  # not C contiguous
+                (grid.astype(np.float32), ids, 3, 0.5), (grid[0], ids, 3, 0.5),  # dtype, dimensions
+                (grid, ids, True, 0.5), (grid, ids, 3, 1), (grid, 7, 3, 0.5), (grid, ids, ids, 0.5),
+                (grid, ids, 3)]:
+        assert not aot.fits(bad, spec)
+    frozen = np.arange(4.0)
+    frozen.flags.writeable = False
+    kept, copied = aot.writable((ids, frozen))  # type: ignore[arg-type]
+    assert kept is ids and copied is not frozen and copied.flags.writeable and (copied == frozen).all()

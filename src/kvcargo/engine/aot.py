@@ -99,7 +99,8 @@ def _use(module: ModuleType) -> None:
     global _runner
     from kvcargo.engine import loop
 
-    types = json.loads(Path(module.__file__).with_suffix(".types").read_text(encoding="utf-8"))  # type: ignore[arg-type]
+    text = Path(module.__file__).with_suffix(".types").read_text(encoding="utf-8")  # type: ignore[arg-type]
+    types = {name: parse_spec(spec) for name, spec in json.loads(text).items()}
     entry, plain_loop = getattr(module, ENTRY), loop.run_events
 
     def run_events(st: State, pr: Params) -> int:
@@ -118,7 +119,7 @@ def _use(module: ModuleType) -> None:
         _jit.rebind(plain, _checked(getattr(module, name), types[name], plain))
 
 
-def _checked(export: Callable[..., Any], expected: list[str], fallback: Callable[..., Any]) -> Callable[..., Any]:
+def _checked(export: Callable[..., Any], expected: Spec, fallback: Callable[..., Any]) -> Callable[..., Any]:
     """``export`` where the arguments are of the types it was built for, else ``fallback``."""
 
     def call(*args: Any) -> Any:
@@ -130,7 +131,7 @@ def _checked(export: Callable[..., Any], expected: list[str], fallback: Callable
 def writable(pr: Params) -> tuple[np.ndarray, ...]:
     """The parameters as writable C arrays (the engine never writes them; a cached read-only
     coefficient table is copied), so one exported signature fits every run."""
-    return tuple(np.require(a, requirements="CW") for a in pr)
+    return tuple(a if a.flags.c_contiguous and a.flags.writeable else np.require(a, requirements="CW") for a in pr)
 
 
 def arg_spec(numba_types: tuple[Any, ...]) -> list[str]:
@@ -145,20 +146,39 @@ def arg_spec(numba_types: tuple[Any, ...]) -> list[str]:
     return out
 
 
-def fits(args: tuple[Any, ...], expected: list[str]) -> bool:
-    """Whether ``args`` are of the types an export with :func:`arg_spec` ``expected`` was built for."""
+Spec = tuple[tuple[str, "np.dtype | None", int, bool], ...]
+"""An :func:`arg_spec` parsed once (:func:`parse_spec`): per argument its kind ('a' array, 'i'
+integer, 'f' float), an array's dtype and dimensions, and whether it must be C contiguous. A
+long run pauses thousands of times (a planner's probes, a full step log), each resumed through
+:func:`fits`."""
+
+
+def parse_spec(expected: list[str]) -> Spec:
+    """``expected`` (an :func:`arg_spec`) in the form :func:`fits` compares cheaply."""
+    out = []
+    for want in expected:
+        if ":" in want:
+            dtype, ndim, layout = want.split(":")
+            out.append(("a", np.dtype(dtype), int(ndim), layout == "C"))
+        else:
+            out.append((want, None, 0, False))
+    return tuple(out)
+
+
+def fits(args: tuple[Any, ...], expected: Spec) -> bool:
+    """Whether ``args`` are of the types an export with :func:`arg_spec` ``expected`` (parsed) was
+    built for."""
     if len(args) != len(expected):
         return False
-    for a, want in zip(args, expected):
+    for a, (kind, dtype, ndim, c_order) in zip(args, expected):
         if isinstance(a, np.ndarray):
-            dtype, ndim, layout = want.split(":") if ":" in want else ("", "", "")
-            if a.dtype.str != dtype or str(a.ndim) != ndim or (layout == "C" and not a.flags.c_contiguous):
+            if kind != "a" or a.dtype != dtype or a.ndim != ndim or (c_order and not a.flags.c_contiguous):
                 return False
-        elif want == "i" and not (isinstance(a, (int, np.integer)) and not isinstance(a, bool)):
+        elif kind == "i" and not (isinstance(a, (int, np.integer)) and not isinstance(a, bool)):
             return False
-        elif want == "f" and not isinstance(a, (float, np.floating)):
+        elif kind == "f" and not isinstance(a, (float, np.floating)):
             return False
-        elif want not in ("i", "f"):
+        elif kind not in ("i", "f"):
             return False
     return True
 
