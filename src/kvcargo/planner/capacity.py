@@ -248,6 +248,8 @@ class RateProbe:
         self.res = resolve(config)
         self.built = build_params(self.res)
         self.decide = decide
+        # per request, its TTFT floor: one per search, since the rate moves only the arrivals
+        self.floor = None if decide is None else ttft_floor(self.res, self.built[0])
 
     @staticmethod
     def applies(config: SimConfig) -> bool:
@@ -295,9 +297,8 @@ class RateProbe:
         arrival, multi = res.workload.arrival[steady], res.workload.output[steady] >= 2
         gaps = np.maximum(1, res.workload.output[steady] - 1)
         cfg, n, target = res.config, len(steady), self.decide
-        floor = ttft_floor(res, params)
-        doomed = (np.zeros(n, dtype=bool) if floor is None
-                  else floor[steady] > cfg.ttft_slo * (1 + FLOOR_MARGIN))
+        doomed = (np.zeros(n, dtype=bool) if self.floor is None
+                  else self.floor[steady] > cfg.ttft_slo * (1 + FLOOR_MARGIN))
 
         def stop(st: Any) -> bool:
             if n == 0:
