@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kvcargo import catalog as catalog_mod
+from kvcargo import ced
 from kvcargo.cli import main
 from kvcargo.config import SimConfig
 from kvcargo.cost import Pool, shape
@@ -91,8 +92,10 @@ def test_calculator_is_right_or_refuses(model, prompt, link, codec, keep, ratio,
         assert r.transfer_s == ln.latency + r.wire_bytes / ln.bandwidth
     else:  # an in-transit stage adds its latency, and may be slower than the wire
         assert r.transfer_s >= ln.latency + r.wire_bytes / ln.bandwidth
-    # the prefill takes at least its compute at full rate: an overflowed FLOP count would not
-    assert r.prefill_s >= (2 * s.p_layers * prompt) / Pool(CAT.device(device), n).flop_rate
+    # the prefill takes at least its compute at full rate: an overflowed FLOP count would not (a
+    # causal encoder-decoder's prompt token touches only the encoder and the decoder's K/V projections)
+    touched = ced.split(m).p_prompt if ced.is_ced(m) else s.p_layers
+    assert r.prefill_s >= (2 * touched * prompt) / Pool(CAT.device(device), n).flop_rate
     assert 0 < r.exposed_s <= r.transfer_s
 
 
