@@ -308,8 +308,8 @@ class RequestFigures:
         if held < len(done):
             self._steady(steady_figures(out, done[held:]))
 
-    def _steady(self, f: dict[str, np.ndarray]) -> None:
-        """Add steady requests' figures."""
+    def _steady(self, f: dict[str, np.ndarray], gaps: bool = True) -> None:
+        """Add steady requests' figures (``gaps``: their token gaps too)."""
         self.steady += len(f["ttft"])
         for k in ("ttft", "e2e"):
             self.samples[k].add(f[k])
@@ -320,7 +320,7 @@ class RequestFigures:
         if len(f["arrival"]):
             self.first_arrival = min(self.first_arrival, float(f["arrival"].min()))
             self.last_arrival = max(self.last_arrival, float(f["arrival"].max()))
-        if self.gaps is not None:
+        if gaps and self.gaps is not None:
             self.gaps.spans(*_gap_columns(f))
 
     def zone_closed(self) -> bool:
@@ -335,12 +335,14 @@ class RequestFigures:
     def close(self) -> None:
         """Cut the warm-up off the held requests and add the rest (the run has ended)."""
         cut = int(self.completed * WARMUP_FRACTION)
-        held = {k: np.concatenate([f[k] for f in self.held])[cut:] for k in self.held[0]} if self.held else {}
+        held = {}
+        for k in list(self.held[0]) if self.held else []:  # a column at a time, each freed once joined
+            held[k] = np.concatenate([f.pop(k) for f in self.held])[cut:]
         self.held = []
-        if self.gaps is not None:
+        if self.gaps is not None:  # the held requests' token gaps go in with the steps they reach
             self.gaps.close(*(_gap_columns(held) if held else (np.zeros(0),) * 4))
         if held:
-            self._steady({k: v for k, v in held.items()})
+            self._steady(held, gaps=False)
 
     def describe(self, name: str) -> dict[str, float]:
         """:func:`describe` of one sample."""

@@ -45,7 +45,7 @@ from kvcargo.stats import Sample
 
 CHUNK = 1 << 16
 """Requests loaded at a time."""
-HELD_BYTES = 128 << 20
+HELD_BYTES = 16 << 20
 """Bytes of one summary sample held in memory; past them it goes to a temporary file."""
 
 
