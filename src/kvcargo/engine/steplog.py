@@ -151,6 +151,10 @@ class GapFold(StepFold):
             assert self.lo[i] == 0
             self.early.append(self.ends[i][:last].copy())
 
+    def steps(self) -> FoldedSteps:
+        """The steps' counts and batch sums (their ends went into the sample: ``ends`` is empty)."""
+        return FoldedSteps(np.zeros(0), self.rows.copy(), self.batch.copy())
+
     def close(self, inst: np.ndarray, first: np.ndarray, output: np.ndarray, first_token: np.ndarray) -> None:
         """The end: flush every step, then add the gaps of the requests past the warm-up among
         those held (their columns as :meth:`spans`)."""

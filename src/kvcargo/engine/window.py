@@ -28,7 +28,7 @@ import numpy as np
 from kvcargo import stepcost
 from kvcargo.ced import replay_on_decode
 from kvcargo.config import Resolved, needs_extra_columns
-from kvcargo.engine import aot
+from kvcargo.engine import aot, cluster
 from kvcargo.engine import state as S
 from kvcargo.engine.cluster import (
     EngineOutput,
@@ -40,7 +40,7 @@ from kvcargo.engine.cluster import (
     request_rows,
 )
 from kvcargo.engine.state import fresh_rows, grown, new_state
-from kvcargo.engine.steplog import CHUNK_STEPS, GapFold
+from kvcargo.engine.steplog import GapFold
 from kvcargo.stats import Sample
 
 CHUNK = 1 << 16
@@ -100,7 +100,7 @@ def run_windowed(res: Resolved, chunk: int = CHUNK, held_bytes: int = HELD_BYTES
     channels = params.pf[:, S.PF_CHANNELS].astype(np.int64)
     n_slots = res.n_decode if res.colocated else res.n_prefill
     st = new_state(n, n_slots, res.n_decode, res.n_prefill + res.n_decode, res.config.max_batch, channels, 1,
-                   False, log_capacity=CHUNK_STEPS, zeros=pages.zeros, loaded=loaded)
+                   False, log_capacity=cluster.CHUNK_STEPS, zeros=pages.zeros, loaded=loaded)
     aot.prepare(n)
     gaps = GapFold(res.n_decode, Sample(weighted=True, limit=held_bytes))
     fig = RequestFigures(res, n, gaps, limit=held_bytes)
