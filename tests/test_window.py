@@ -64,8 +64,8 @@ def test_summary_only_is_windowed_and_equal() -> None:
     assert differences(simulate(config).summary, result.summary) == []
 
 
-@pytest.mark.parametrize("option", [dict(kv_compress="fp8"), dict(send="layerwise"), dict(link_sharing="fair"),
-                                    dict(kv_reserve="at-transfer")])
+@pytest.mark.parametrize("option", [dict(kv_compress="fp8"), dict(send="layerwise"),
+                                    dict(link_sharing="fair"), dict(kv_reserve="at-transfer")])
 def test_opt_in_models_run_whole(option: dict) -> None:
     """Options with extra per-request arrays are not windowed; their summary is the same."""
     config = SimConfig.build(requests=200, rate=25, **option)

@@ -29,7 +29,6 @@ from kvcargo.stats import (
     ExactSum,
     Sample,
     exact_mean,
-    exact_sum,
     exact_weighted_mean,
     percentiles,
     weighted_percentiles,
@@ -197,7 +196,8 @@ def slo(out: EngineOutput, steady: np.ndarray, lat: dict[str, np.ndarray]) -> di
     tpot = np.full(len(steady), np.nan)
     tpot[multi] = lat["tpot"]
     met = int(np.count_nonzero(slo_met(out, lat["ttft"], tpot, multi)))
-    first, last = (float(out.arrival[steady].min()), float(out.arrival[steady].max())) if len(steady) else (0.0, 0.0)
+    arrival = out.arrival[steady]
+    first, last = (float(arrival.min()), float(arrival.max())) if len(steady) else (0.0, 0.0)
     return slo_figures(met, len(steady), first, last)
 
 

@@ -328,7 +328,8 @@ class Sample:
     (:class:`ExactSum`), the maximum and :func:`percentiles` (:func:`weighted_percentiles` when
     values come with integer multiplicities), bit for bit.
 
-    The values stay in memory up to ``limit`` bytes (None: all of them); beyond, they go to a temporary file, and
+    The values stay in memory up to ``limit`` bytes (None: all of them); beyond, they go to a
+    temporary file, and
     the order statistics are found by passes over it that narrow each wanted rank to the values
     sharing ever longer prefixes of their order-preserving bit patterns (a radix selection), so
     a sample of billions of values holds a few megabytes. Values must not be NaN or -0.0.

@@ -289,10 +289,10 @@ def request_rows(res: Resolved, rf: np.ndarray, rx: np.ndarray, ri: np.ndarray, 
             xrows[:, S.SLICE_EXTRA] = xfer.last_extra
             xrows[:, S.EFF_BYTES] = xfer.slice_time * groups * engine_link(res, res.link).bandwidth
         if c.topology == "nvlink-domain":
-            nv = link_transfers(c.link_model, res.catalog.link(res.prefill_pool.device.scale_up), comp, kv_bytes,
-                                kvb, prompt, groups)
-            xrows[:, S.XFER_TIME_NV], xrows[:, S.SLICE_TIME_NV], xrows[:, S.XFER_J_NV] = (nv.duration, nv.slice_time,
-                                                                                       nv.link_j)
+            nv = link_transfers(c.link_model, res.catalog.link(res.prefill_pool.device.scale_up), comp,
+                                kv_bytes, kvb, prompt, groups)
+            xrows[:, S.XFER_TIME_NV], xrows[:, S.SLICE_TIME_NV] = nv.duration, nv.slice_time
+            xrows[:, S.XFER_J_NV] = nv.link_j
         if comp is not None and comp.at == "endpoint":
             endpoint = True
             rows[:, S.EP_OPS], rows[:, S.EP_BYTES] = endpoint_work(comp, kv_bytes, prompt, kvb)
@@ -425,7 +425,8 @@ def instance_records(res: Resolved, st: State, channels: np.ndarray) -> dict[str
     """The per-instance fields and the totals of :class:`EngineOutput`."""
     return dict(
         stats=st.stats[:, RECORD_STATS].copy(), engine_stats=st.stats[:, RECORD_ENGINE].copy(),
-        kv_held=st.stats[: res.n_prefill, RECORD_KV_HELD].copy(), lever_stats=st.stats[:, RECORD_LEVERS].copy(),
+        kv_held=st.stats[: res.n_prefill, RECORD_KV_HELD].copy(),
+        lever_stats=st.stats[:, RECORD_LEVERS].copy(),
         horizon=float(st.f[S.F_NOW]), transfers=int(st.i[S.I_XFERS]),
         port_busy=st.port_busy.copy(), port_channels=channels, link_busy_s=float(st.port_busy[0]),
         link_j=float(st.f[S.F_LINK_J]), transit_j=float(st.f[S.F_TRANSIT_J]),

@@ -240,7 +240,8 @@ def new_state(n: int, n_prefill: int, n_decode: int, n_stats: int, max_batch: in
     scalars[INT_SCALARS["I_LOADED"]] = loaded
     st = State(
         t=zeros((n, TIMES.width)), tx=EXTRA_TIMES.new(n if extra else 1),
-        r=zeros((n, REQUESTS.width), dtype=np.int64), p=p, d=d, qnext=zeros(n, dtype=np.int64), fink=np.zeros((n_decode, batch)), fini=ITEMS.new(n_decode, batch),
+        r=zeros((n, REQUESTS.width), dtype=np.int64), p=p, d=d, qnext=zeros(n, dtype=np.int64),
+        fink=np.zeros((n_decode, batch)), fini=ITEMS.new(n_decode, batch),
         stats=STATS.new(n_stats), i=scalars, f=FLOAT_SCALARS.new(),
         evt=np.zeros((1, events)), evi=ITEMS.new(1, events),
         unext=zeros(units, dtype=np.int64), uf=FLOWS.new(units if fair else 1),

@@ -67,6 +67,9 @@ class Pages:
         self.given = 0
 
     def zeros(self, shape: int | tuple[int, ...], dtype: Any = np.float64) -> np.ndarray:
+        """A zeroed array (where anonymous private maps are not available: numpy's)."""
+        if not hasattr(mmap, "MAP_PRIVATE"):
+            return np.zeros(shape, dtype=dtype)
         count = int(np.prod(shape))
         m = mmap.mmap(-1, max(1, count * np.dtype(dtype).itemsize), flags=mmap.MAP_PRIVATE)
         a = np.frombuffer(m, dtype=dtype, count=count).reshape(shape)
