@@ -231,6 +231,8 @@ def probe_figures(out: EngineOutput) -> dict[str, float]:
 
 
 STEADY_SAMPLES = ("ttft", "tpot", "e2e")
+SLICE = 1 << 16
+"""Steady requests whose :func:`steady_figures` are formed at once."""
 
 
 def steady_figures(out: EngineOutput, sel: np.ndarray) -> dict[str, np.ndarray]:
@@ -305,8 +307,8 @@ class RequestFigures:
         held = max(0, min(len(done), self.zone - (self.completed - len(done))))
         if held:
             self.held.append(steady_figures(out, done[:held]))
-        if held < len(done):
-            self._steady(steady_figures(out, done[held:]))
+        for at in range(held, len(done), SLICE):  # a slice at a time: a run of millions holds no more
+            self._steady(steady_figures(out, done[at:at + SLICE]))
 
     def _steady(self, f: dict[str, np.ndarray], gaps: bool = True) -> None:
         """Add steady requests' figures (``gaps``: their token gaps too)."""

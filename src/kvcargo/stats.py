@@ -263,44 +263,49 @@ def _weighted_select(values, weights, ranks):
 class ExactSum:
     """A correctly rounded sum (or weighted sum) accumulated chunk by chunk: :func:`exact_sum`
     (:func:`exact_weighted_mean`'s numerator) of all the chunks together, however they were cut.
-    The exact total is a Python integer in units of ``2^-1074``; it is rounded once, at the end."""
+    Compiled, each chunk's exact sum is a Python integer in units of ``2^-1074`` added to the
+    total, rounded once at the end; as plain Python the terms are kept and ``math.fsum`` rounds
+    them at the end, as :func:`exact_sum` does (plain runs are short)."""
 
     def __init__(self) -> None:
         self._total = 0
-        self._special: list[float] = []
-        """The values that are not finite (the sum is then theirs, as ``math.fsum`` says)."""
+        self._limbs = False
+        """Whether a compiled chunk was added to ``_total``."""
+        self._terms: list[np.ndarray] = []
 
     def add(self, values: np.ndarray, weights: np.ndarray | None = None) -> None:
         """Add ``Σ values`` (``Σ values·weights`` with integer weights) exactly."""
         v = np.ascontiguousarray(values, dtype=np.float64)
         if weights is None:
-            if fast(_limb_sum) and self._add_limbs(_limb_sum(v)):
+            if fast(_limb_sum) and len(v) > 256 and self._add_limbs(_limb_sum(v)):
                 return
-            terms = v.tolist()
-        else:
-            w = np.ascontiguousarray(weights, dtype=np.int64)
-            if fast(_weighted_limbs) and self._add_limbs(_weighted_limbs(v, w)):
-                return
-            terms = [x for a, b in zip(v.tolist(), w.tolist()) if b for x in _two_product(a, float(b))]
-        for x in terms:
-            if math.isfinite(x):
-                num, den = x.as_integer_ratio()
-                self._total += num * ((1 << 1074) // den)
-            else:
-                self._special.append(x)
+            self._terms.append(v)
+            return
+        w = np.ascontiguousarray(weights, dtype=np.int64)
+        if fast(_weighted_limbs) and self._add_limbs(_weighted_limbs(v, w)):
+            return
+        self._terms.append(np.array([x for a, b in zip(v.tolist(), w.tolist()) if b
+                                     for x in _two_product(a, float(b))], dtype=np.float64))
 
     def _add_limbs(self, limbs: np.ndarray) -> bool:
         bits = limbs.tolist()
         if bits[LIMBS]:
-            return False  # a value is not finite: the caller adds them one by one
+            return False  # a value is not finite: kept as a term
         self._total += sum(v << (32 * i) for i, v in enumerate(bits[:LIMBS]))
+        self._limbs = True
         return True
 
     def value(self) -> float:
         """The correctly rounded total (``math.fsum``'s result for the whole sample)."""
-        if self._special:
-            return math.fsum(self._special)
-        return self._total / (1 << 1074)
+        terms = np.concatenate(self._terms).tolist() if self._terms else []
+        if not self._limbs or not all(map(math.isfinite, terms)):
+            # no compiled chunk, or a value that is not finite (the sum is then fsum's of them)
+            return math.fsum(terms if not self._limbs else [x for x in terms if not math.isfinite(x)])
+        total = self._total
+        for x in terms:
+            num, den = x.as_integer_ratio()
+            total += num * ((1 << 1074) // den)
+        return total / (1 << 1074)
 
 
 KEY_BITS = 16
