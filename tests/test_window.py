@@ -8,13 +8,14 @@ resumed arrival out of its place in the event order would change the figures.
 from __future__ import annotations
 
 import math
+import mmap
 from typing import Any
 
 import pytest
 
 from kvcargo.config import SimConfig, resolve
 from kvcargo.engine.cluster import run
-from kvcargo.engine.window import run_windowed, windowable
+from kvcargo.engine.window import Pages, run_windowed, windowable
 from kvcargo.metrics import summarize
 from kvcargo.simulation import simulate
 
@@ -73,3 +74,13 @@ def test_opt_in_models_run_whole(option: dict) -> None:
     result = simulate(config, summary_only=True)
     assert result.output.figures is None
     assert differences(simulate(config).summary, result.summary) == []
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MADV_DONTNEED"), reason="pages are given back on Linux only")
+def test_pages_below_the_settled_requests_are_given_back() -> None:
+    per_page = mmap.PAGESIZE // 64  # rows of 64 bytes
+    pages = Pages()
+    a = pages.zeros((4 * per_page, 8))
+    a[:] = 1.0
+    pages.give_back(3 * per_page - 1)  # whole pages only: two go back and read as zeros
+    assert not a[:2 * per_page].any() and (a[2 * per_page:] == 1.0).all()
