@@ -38,7 +38,7 @@ def test_the_summary_of_a_folded_step_log_is_the_whole_runs(monkeypatch: pytest.
     monkeypatch.setattr(cluster, "CHUNK_STEPS", chunk)
     folded = simulate(config, summary_only=True)
     assert _exact(folded.summary) == _exact(whole.summary)
-    if folded.output.folded is not None:
+    if folded.output.folded is not None and folded.output.figures is None:  # a windowed run keeps no ends
         assert len(folded.output.steps) == 0  # no step log kept
         ends, inst = step_ends(whole.output)
         order = np.argsort(inst, kind="stable")

@@ -26,8 +26,9 @@ from kvcargo.lever_metrics import lever_summary
 from kvcargo.optical import die_areas, static_w
 from kvcargo.stats import (
     PERCENTILES,
+    ExactSum,
+    Sample,
     exact_mean,
-    exact_sum,
     exact_weighted_mean,
     percentiles,
     weighted_percentiles,
@@ -191,12 +192,26 @@ def latency_samples(out: EngineOutput, steady: np.ndarray) -> dict[str, np.ndarr
 
 def slo(out: EngineOutput, steady: np.ndarray, lat: dict[str, np.ndarray]) -> dict[str, Any]:
     """Steady requests inside both SLOs, their share, and per second of their arrival window."""
+    multi = out.output[steady] >= 2
+    tpot = np.full(len(steady), np.nan)
+    tpot[multi] = lat["tpot"]
+    met = int(np.count_nonzero(slo_met(out, lat["ttft"], tpot, multi)))
+    arrival = out.arrival[steady]
+    first, last = (float(arrival.min()), float(arrival.max())) if len(steady) else (0.0, 0.0)
+    return slo_figures(met, len(steady), first, last)
+
+
+def slo_met(out: EngineOutput, ttft: np.ndarray, tpot: np.ndarray, multi: np.ndarray) -> np.ndarray:
+    """Per request, whether it met both SLOs (``tpot``: NaN where the output is one token)."""
     cfg = out.resolved.config
-    tpot_ok = np.ones(len(steady), dtype=bool)
-    tpot_ok[out.output[steady] >= 2] = lat["tpot"] <= cfg.tpot_slo
-    met = int(np.count_nonzero((lat["ttft"] <= cfg.ttft_slo) & tpot_ok))
-    window = float(out.arrival[steady].max() - out.arrival[steady].min()) if len(steady) > 1 else 0.0
-    return {"slo_met": met, "slo_attainment": met / len(steady) if len(steady) else math.nan,
+    return (ttft <= cfg.ttft_slo) & (~multi | (tpot <= cfg.tpot_slo))
+
+
+def slo_figures(met: int, steady: int, first: float, last: float) -> dict[str, Any]:
+    """``met`` of ``steady`` requests inside both SLOs, their share, and per second of their
+    arrival window (``first`` to ``last`` arrival)."""
+    window = last - first if steady > 1 else 0.0
+    return {"slo_met": met, "slo_attainment": met / steady if steady else math.nan,
             "goodput_rps": met / window if window > 0 else math.nan}
 
 
@@ -215,43 +230,177 @@ def probe_figures(out: EngineOutput) -> dict[str, float]:
         "e2e_mean": exact_mean((out.finish - out.arrival)[steady]), "requests": len(out.arrival)}
 
 
+STEADY_SAMPLES = ("ttft", "tpot", "e2e")
+SLICE = 1 << 16
+"""Steady requests whose :func:`steady_figures` are formed at once."""
+
+
+def steady_figures(out: EngineOutput, sel: np.ndarray) -> dict[str, np.ndarray]:
+    """Per completed request of ``sel`` (in arrival order), what the summary takes of it when it
+    is steady: its latencies (``tpot`` NaN for a one-token output), whether it met the SLOs, its
+    stage times and what its token gaps need."""
+    arrival, first, finish, output = (a[sel] for a in (out.arrival, out.first_token, out.finish, out.output))
+    multi = output >= 2
+    tpot = np.full(len(sel), np.nan)
+    tpot[multi] = (finish[multi] - first[multi]) / (output[multi] - 1)
+    ttft = first - arrival
+    return {"arrival": arrival, "ttft": ttft, "tpot": tpot, "multi": multi, "e2e": finish - arrival,
+            "met": slo_met(out, ttft, tpot, multi), "first_token": first, "output": output,
+            "decode_inst": out.decode_inst[sel], "first_step": out.first_step[sel],
+            **{"stage_" + k: v for k, v in _stage_times(out, sel)}}
+
+
+class RequestFigures:
+    """The summary's per-request figures, taken a slice of requests at a time (:meth:`take`):
+    the whole run's at once (:meth:`of`), or a windowed run's as its requests settle
+    (kvcargo.engine.window), the same figures bit for bit (samples and exact sums do not depend
+    on the order or the cut of their values).
+
+    Completed requests come in arrival order. The warm-up cut (the first 10% of the completed
+    requests) is only known at the end, but it is at most ``zone`` (10% of all requests): the
+    :func:`steady_figures` of the first ``zone`` completed requests are held and cut at the end
+    (:meth:`close`), the later ones go straight into the samples and sums. ``gaps``: a windowed
+    run's token-gap fold (kvcargo.engine.steplog.GapFold), which then takes the steady
+    requests' token gaps too."""
+
+    def __init__(self, res: Any, n: int, gaps: Any = None, limit: int | None = None) -> None:
+        self.n, self.gaps = n, gaps
+        self.zone = int(n * WARMUP_FRACTION)
+        self.completed = self.rejected = self.output_tokens = self.steady = self.met = 0
+        self.first_arrival, self.last_arrival = math.inf, -math.inf
+        kw = {} if limit is None else {"limit": limit}
+        self.samples = {k: Sample(**kw) for k in (*STEADY_SAMPLES, "handoff", "memory_wait")}
+        self.sums = {k: ExactSum() for k in ("latency", "wire", "full", "link_wait", *STAGES)}
+        self.moved = self.transit_bound = 0
+        self.served = np.zeros(res.n_prefill, dtype=np.int64)
+        self.held: list[dict[str, np.ndarray]] = []
+
+    @classmethod
+    def of(cls, out: EngineOutput) -> RequestFigures:
+        """The figures of a whole run's records."""
+        fig = cls(out.resolved, len(out.arrival))
+        fig.take(out, _by_arrival(out))
+        fig.close()
+        return fig
+
+    def take(self, out: EngineOutput, done: np.ndarray) -> None:
+        """Take every request of ``out`` (a run's records, or a slice of them); ``done``: its
+        completed ones, in arrival order."""
+        self.completed += len(done)
+        self.rejected += int(np.count_nonzero(out.status == REJECTED))
+        self.output_tokens += int(out.output[done].sum())
+        self.sums["latency"].add(out.finish[done] - out.arrival[done])
+        landed = ~np.isnan(out.kv_ready)
+        self.samples["handoff"].add((out.kv_ready - handoff_start(out))[landed])
+        if out.resolved.config.kv_reserve == "at-transfer":
+            asked = ~np.isnan(out.want_memory)
+            self.samples["memory_wait"].add((out.reserved - out.want_memory)[asked])
+        self.served += np.bincount(out.prefill_inst[out.prefill_inst >= 0], minlength=len(self.served))
+        if not out.resolved.colocated:
+            moved = ~np.isnan(out.kv_start)
+            full = out.wire_bytes[moved]
+            self.sums["wire"].add(full * out.send_fraction[moved])
+            self.sums["full"].add(full)
+            self.sums["link_wait"].add((out.kv_start - handoff_start(out))[moved])
+            self.moved += int(np.count_nonzero(moved))
+            self.transit_bound += int(np.count_nonzero(out.transit_bound[moved]))
+        held = max(0, min(len(done), self.zone - (self.completed - len(done))))
+        if held:
+            self.held.append(steady_figures(out, done[:held]))
+        for at in range(held, len(done), SLICE):  # a slice at a time: a run of millions holds no more
+            self._steady(steady_figures(out, done[at:at + SLICE]))
+
+    def _steady(self, f: dict[str, np.ndarray], gaps: bool = True) -> None:
+        """Add steady requests' figures (``gaps``: their token gaps too)."""
+        self.steady += len(f["ttft"])
+        for k in ("ttft", "e2e"):
+            self.samples[k].add(f[k])
+        self.samples["tpot"].add(f["tpot"][f["multi"]])
+        for k in STAGES:
+            self.sums[k].add(f["stage_" + k])
+        self.met += int(np.count_nonzero(f["met"]))
+        if len(f["arrival"]):
+            self.first_arrival = min(self.first_arrival, float(f["arrival"].min()))
+            self.last_arrival = max(self.last_arrival, float(f["arrival"].max()))
+        if gaps and self.gaps is not None:
+            self.gaps.spans(*_gap_columns(f))
+
+    def zone_closed(self) -> bool:
+        """Whether every held request has been taken (their token gaps are then known)."""
+        return self.completed >= self.zone
+
+    def held_gaps(self) -> tuple[np.ndarray, ...]:
+        """The held requests' :func:`_gap_columns`."""
+        cols = [_gap_columns(f) for f in self.held]
+        return tuple(np.concatenate([c[i] for c in cols]) if cols else np.zeros(0) for i in range(4))
+
+    def close(self) -> None:
+        """Cut the warm-up off the held requests and add the rest (the run has ended)."""
+        cut = int(self.completed * WARMUP_FRACTION)
+        held = {}
+        for k in list(self.held[0]) if self.held else []:  # a column at a time, each freed once joined
+            held[k] = np.concatenate([f.pop(k) for f in self.held])[cut:]
+        self.held = []
+        if self.gaps is not None:  # the held requests' token gaps go in with the steps they reach
+            self.gaps.close(*(_gap_columns(held) if held else (np.zeros(0),) * 4))
+        if held:
+            self._steady(held, gaps=False)
+
+    def describe(self, name: str) -> dict[str, float]:
+        """:func:`describe` of one sample."""
+        return self.samples[name].describe(name)
+
+
+def _gap_columns(f: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """Of steady requests' figures, those with token gaps: their decode instance, first step,
+    output and first token (as :func:`itl_sample` selects them)."""
+    sel = f["multi"] & (f["first_step"] >= 0)
+    return f["decode_inst"][sel], f["first_step"][sel], f["output"][sel], f["first_token"][sel]
+
+
+def _by_arrival(out: EngineOutput) -> np.ndarray:
+    """Completed requests in arrival order."""
+    done = np.nonzero(out.status == DONE)[0]
+    return done[np.argsort(out.arrival[done], kind="stable")]
+
+
 def summarize(out: EngineOutput) -> dict[str, Any]:
     """The run's summary (SI units: seconds, joules, watts, bytes)."""
     res = out.resolved
     cfg = res.config
     H = out.horizon
-    done = np.nonzero(out.status == DONE)[0]
-    steady = steady_requests(out)
-    n_done = len(done)
+    fig = out.figures if out.figures is not None else RequestFigures.of(out)
+    n_done = fig.completed
     s: dict[str, Any] = {
-        "requests": len(out.arrival),
+        "requests": fig.n,
         "completed": n_done,
-        "rejected": int(np.count_nonzero(out.status == REJECTED)),
+        "rejected": fig.rejected,
         "horizon_s": H,
-        "steady_requests": len(steady),
+        "steady_requests": fig.steady,
     }
-    lat = latency_samples(out, steady)
-    s |= describe(lat["ttft"], "ttft") | describe(lat["tpot"], "tpot")
-    s |= describe_weighted(*itl_sample(out, steady), "itl", overwrite=True)
-    s |= describe((out.finish - out.arrival)[steady], "e2e")
-    handoff = describe(lat["handoff"], "handoff")
+    s |= fig.describe("ttft") | fig.describe("tpot")
+    if fig.gaps is not None:
+        s |= fig.gaps.sample.describe("itl")
+    else:
+        s |= describe_weighted(*itl_sample(out, steady_requests(out)), "itl", overwrite=True)
+    s |= fig.describe("e2e")
+    handoff = fig.describe("handoff")
     s |= handoff
     if cfg.send == "layerwise":  # the same quantity, named for what streaming changes
         s |= {"exposed" + k.removeprefix("handoff"): v for k, v in handoff.items()}
     if cfg.kv_reserve == "at-transfer":
-        asked = ~np.isnan(out.want_memory)
-        s |= describe((out.reserved - out.want_memory)[asked], "memory_wait")
+        s |= fig.describe("memory_wait")
 
-    out_tokens = int(out.output[done].sum())
-    s |= slo(out, steady, lat) | {
+    out_tokens = fig.output_tokens
+    s |= slo_figures(fig.met, fig.steady, fig.first_arrival, fig.last_arrival) | {
         "output_tokens": out_tokens,
         "output_tok_per_s": out_tokens / H if H > 0 else math.nan,
         "req_per_s": n_done / H if H > 0 else math.nan,
     }
-    s |= _stages(out, steady, s["e2e_mean"])
-    s |= _link(out)
+    s |= _stages(out, fig, s["e2e_mean"])
+    s |= _link(out, fig)
     s |= _energy(out, out_tokens)
-    s["instances"] = _instances(out)
+    s["instances"] = _instances(out, fig)
     s |= _hotspot(s, res.colocated)
     s |= _cost(out, s["output_tok_per_s"])
     if out.levers:
@@ -259,18 +408,18 @@ def summarize(out: EngineOutput) -> dict[str, Any]:
         if "swap_J" in out.levers:
             s["share_swap"] = out.swap_j / s["energy_j"]
     s |= lever_summary(out, s)
-    latency = out.finish[done] - out.arrival[done]
-    s["littles_population"] = exact_sum(latency) / H if H > 0 else math.nan
-    s["littles_expected"] = s["req_per_s"] * exact_mean(latency)
+    latency = fig.sums["latency"].value()
+    s["littles_population"] = latency / H if H > 0 else math.nan
+    s["littles_expected"] = s["req_per_s"] * (latency / n_done if n_done else math.nan)
     s["link_gbytes_per_s"] = s["link_gbps"]  # GB/s (bytes, not bits); "link_gbps" stays as a deprecated alias
     s["clipped_prompts"] = res.workload.clipped_prompts
     s["clipped_outputs"] = res.workload.clipped_outputs
     return s
 
 
-def _stages(out: EngineOutput, steady: np.ndarray, e2e: float) -> dict[str, float]:
-    """Mean stage times of the ``steady`` requests and their shares of ``e2e`` (their mean latency)."""
-    means = {k: exact_mean(v) for k, v in _stage_times(out, steady)}
+def _stages(out: EngineOutput, fig: RequestFigures, e2e: float) -> dict[str, float]:
+    """Mean stage times of the steady requests and their shares of ``e2e`` (their mean latency)."""
+    means = {k: fig.sums[k].value() / fig.steady if fig.steady else math.nan for k in STAGES}
     s: dict[str, float] = {}
     for k in STAGES:
         s[f"stage_{k}_s"] = means[k]
@@ -282,29 +431,26 @@ def _stages(out: EngineOutput, steady: np.ndarray, e2e: float) -> dict[str, floa
     return s
 
 
-def _link(out: EngineOutput) -> dict[str, Any]:
+def _link(out: EngineOutput, fig: RequestFigures) -> dict[str, Any]:
     res = out.resolved
     H = out.horizon
     if res.colocated:
         return {"transfers": 0, "link_busy": 0.0, "link_bytes": 0.0, "link_gbps": 0.0,
                 "link_mean_wait_s": 0.0, "link_j": 0.0, "transit_j": 0.0, "link_j_per_request": 0.0,
                 "transit_bound_share": 0.0, "prefix_saved_bytes": 0.0, "prefix_hit_rate": 0.0}
-    moved = ~np.isnan(out.kv_start)
-    full = out.wire_bytes[moved]
-    wire = full * out.send_fraction[moved]
-    wire_bytes = exact_sum(wire)
-    full_bytes = exact_sum(full)
+    wire_bytes = fig.sums["wire"].value()
+    full_bytes = fig.sums["full"].value()
     n = out.transfers
     return {
         "transfers": n,
         "link_busy": _network_busy(out),
         "link_bytes": wire_bytes,
         "link_gbps": wire_bytes / H / 1e9 if H > 0 else math.nan,
-        "link_mean_wait_s": exact_sum((out.kv_start - handoff_start(out))[moved]) / n if n else 0.0,
+        "link_mean_wait_s": fig.sums["link_wait"].value() / n if n else 0.0,
         "link_j": out.link_j,
         "transit_j": out.transit_j,
         "link_j_per_request": (out.link_j + out.transit_j) / max(1, n),
-        "transit_bound_share": float(np.mean(out.transit_bound[moved])) if n else 0.0,
+        "transit_bound_share": (fig.transit_bound / fig.moved if fig.moved else math.nan) if n else 0.0,
         "prefix_saved_bytes": full_bytes - wire_bytes,
         "prefix_hit_rate": 1 - wire_bytes / full_bytes if full_bytes else 0.0,
     }
@@ -374,7 +520,7 @@ def _energy(out: EngineOutput, out_tokens: int) -> dict[str, float]:
     }
 
 
-def _instances(out: EngineOutput) -> list[dict[str, Any]]:
+def _instances(out: EngineOutput, fig: RequestFigures) -> list[dict[str, Any]]:
     H = out.horizon
     rows = []
     n_pre = out.resolved.n_prefill
@@ -383,7 +529,7 @@ def _instances(out: EngineOutput) -> list[dict[str, Any]]:
     pools = _pools(out)
     # per instance at once: requests prefilled, decode steps logged and their batch sizes (integers
     # summed exactly as floats, so the means are numpy's of each instance's batches)
-    served = np.bincount(out.prefill_inst[out.prefill_inst >= 0], minlength=n_pre).tolist()
+    served = fig.served.tolist()
     if out.folded is None:
         step_rows = np.bincount(out.step_inst[:, 0], minlength=len(pools) - n_pre).tolist()
         batch_sum = np.bincount(out.step_inst[:, 0], weights=out.step_inst[:, 1],

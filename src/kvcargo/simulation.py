@@ -89,7 +89,9 @@ def simulate(config: SimConfig | None = None, workload: Workload | str | None = 
     """Run one simulation. ``overrides`` are configuration fields (``rate=12, link="eth-25g"``);
     ``workload`` is a request stream, or the name of a preset (the ``--workload`` field).
     ``summary_only`` (``--summary-only``): the engine keeps of its step log only what the summary
-    reads (the same summary, bit for bit, in less memory); the result's step log is then empty."""
+    reads and, where it can, holds only a window of the requests (engine/window.py): the same
+    summary, bit for bit, in less memory; the result's step log (and then its per-request
+    records) are empty."""
     if isinstance(workload, str):
         overrides["workload"], workload = workload, None
     if config is None:

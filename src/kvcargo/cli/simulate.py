@@ -21,7 +21,7 @@ from kvcargo.report.data import jsonable
 @click.option("--trace", "trace_file", type=click.Path(dir_okay=False, writable=True),
               help="write a Chrome trace-event JSON (open it in Perfetto)")
 @click.option("--summary-only", is_flag=True,
-              help="print only the summary as JSON and keep nothing per request beyond arrays of floats")
+              help="print only the summary as JSON, holding only a window of the requests")
 @click.option("--compare", is_flag=True,
               help="run the colocated baseline on the same GPUs, then the disaggregated cluster")
 @click.option("--sweep-rate", "sweep_rate", cls=GreedyFloats, type=float, multiple=True,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -147,6 +147,10 @@ class EngineOutput:
     folded: FoldedSteps | None = None
     """A run that folded its step log as it went (``run(..., fold_steps=True)``): what the
     summary reads of it; ``steps`` and ``step_inst`` are then empty."""
+    figures: Any = None
+    """A windowed run (engine/window.py): the summary's per-request figures
+    (``kvcargo.metrics.RequestFigures``), taken as its requests settled; the per-request
+    fields are then empty."""
 
     @property
     def totals(self) -> InstanceTotals:
@@ -185,52 +189,26 @@ def engine_link(res: Resolved, link: Link) -> Link:
     return effective(link) if res.config.link_model == "measured" else link
 
 
-def build_params(res: Resolved) -> tuple[Params, Transfers]:
-    """Coefficient arrays and per-request hand-off figures for the engine."""
+def build_params(res: Resolved, zeros: Callable[..., np.ndarray] | None = None,
+                 loaded: int | None = None) -> tuple[Params, Transfers]:
+    """Coefficient arrays and per-request hand-off figures for the engine. ``zeros``: allocates
+    the per-request tables, of which the first ``loaded`` rows (default: all) are filled (a
+    windowed run fills the others with :func:`request_rows` as it goes; the figures returned
+    are then those of the rows filled)."""
     w, c = res.workload, res.config
-    prompt = np.ascontiguousarray(w.prompt, dtype=np.int64)
-    n = len(prompt)
-    kv_bytes = shape(res.model).handoff_bytes(prompt)
-    if res.levers.draft is not None:  # the draft's prompt KV crosses as well
-        kv_bytes = kv_bytes + prompt * res.levers.draft.kv_per_token
-    groups = (c.layer_groups or res.model.layers) if c.send == "layerwise" else 1
-    rf = S.REQUEST_FLOATS.new(n)
-    rf[:, S.ARRIVAL_T] = w.arrival
-    # the pull model: decode reserves before the transfer, prefill holds the prompt KV until it lands
-    # (asked for, or the companion's scheduled pools under speculative decoding)
-    pull = c.kv_reserve == "at-transfer" or (res.levers.draft is not None and not res.colocated)
-    rx = S.REQUEST_EXTRA.new(n if needs_extra_columns(c) or pull else 1)
-    endpoint = dec_cost = False
-    kvb = res.model.kv_bytes
-    if res.colocated:
-        xfer = link_transfers(c.link_model, res.link, None, np.zeros(n), kvb)
+    n = len(w)
+    pull = pulls(res)
+    extra = needs_extra_columns(c) or pull
+    if zeros is None:
+        rf, rx, ri = S.REQUEST_FLOATS.new(n), S.REQUEST_EXTRA.new(n if extra else 1), S.REQUEST_INTS.new(n)
     else:
-        comp = res.compression
-        xfer = link_transfers(c.link_model, res.link, comp, kv_bytes, kvb, prompt, groups)
-        rf[:, S.XFER_TIME] = xfer.duration
-        rf[:, S.XFER_J] = xfer.link_j
-        rf[:, S.TRANSIT_J] = xfer.transit_j
-        if len(rx) == n:
-            rx[:, S.SLICE_TIME] = xfer.slice_time
-            rx[:, S.SLICE_EXTRA] = xfer.last_extra
-            rx[:, S.EFF_BYTES] = xfer.slice_time * groups * engine_link(res, res.link).bandwidth
-        if c.topology == "nvlink-domain":
-            nv = link_transfers(c.link_model, res.catalog.link(res.prefill_pool.device.scale_up), comp, kv_bytes,
-                                kvb, prompt, groups)
-            rx[:, S.XFER_TIME_NV], rx[:, S.SLICE_TIME_NV], rx[:, S.XFER_J_NV] = nv.duration, nv.slice_time, nv.link_j
-        if comp is not None and comp.at == "endpoint":
-            endpoint = True
-            rf[:, S.EP_OPS], rf[:, S.EP_BYTES] = endpoint_work(comp, kv_bytes, prompt, kvb)
-        if comp is not None and comp.codec.decode_ops_per_value > 0:
-            dec_cost = True
-            rx[:, S.DEC_OPS], rx[:, S.DEC_BYTES] = comp.decode_work(kv_bytes, xfer.wire_bytes, kvb)
-    ri = S.REQUEST_INTS.new(n)
-    ri[:, S.PROMPT] = prompt
-    ri[:, S.OUTPUT] = w.output
-    ri[:, S.QUAD] = prompt * (prompt + 1)
-    ri[:, S.UNITS] = 1 if shape(res.model).state_bytes else prompt + ri[:, S.OUTPUT]
+        assert not extra, "a windowed run has no extra request columns"
+        rf, rx = zeros((n, S.REQUEST_FLOATS.width)), S.REQUEST_EXTRA.new(1)
+        ri = zeros((n, S.REQUEST_INTS.width), dtype=np.int64)
+    xfer, endpoint, dec_cost = request_rows(res, rf, rx, ri, 0, n if loaded is None else loaded)
     mixed = stepcost.step_class(res.model) != stepcost.ATTENTION
-    rq = stepcost.request_terms(res.model, prompt) if mixed else S.REQUEST_TERMS.new(1)
+    rq = stepcost.request_terms(res.model, np.ascontiguousarray(w.prompt, dtype=np.int64)) if mixed \
+        else S.REQUEST_TERMS.new(1)
     pf, domain = _ports(res)
     ints = S.SWITCHES.new()
     ints[S.P_NPREFILL] = res.n_prefill
@@ -239,7 +217,7 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
     ints[S.P_MAXBATCH] = c.max_batch
     ints[S.P_KVCAP] = res.kv_capacity
     ints[S.P_ENDPOINT] = int(endpoint)
-    ints[S.P_GROUPS] = groups
+    ints[S.P_GROUPS] = (c.layer_groups or res.model.layers) if c.send == "layerwise" else 1
     ints[S.P_TOPOLOGY] = {"shared": S.SHARED, "nic": S.NIC, "nvlink-domain": S.DOMAIN}[c.topology]
     ints[S.P_FAIR] = int(c.link_sharing == "fair")
     ints[S.P_RESERVE] = int(pull)
@@ -274,6 +252,59 @@ def build_params(res: Resolved) -> tuple[Params, Transfers]:
                   block_offsets=offsets, ct=ct, cs=cs, lf=lf, hs=hs, mid=mid, mfd=mfd,
                   hd=lev.draft_arrays(res.prefill_pool, res.decode_pool),
                   alpha=np.array([alpha], dtype=np.float64), rq=rq, xi=xi, xf=xf, eo=eo, ehf=ehf), xfer
+
+
+def pulls(res: Resolved) -> bool:
+    """The pull model: decode reserves before the transfer, prefill holds the prompt KV until it
+    lands (asked for, or the companion's scheduled pools under speculative decoding)."""
+    return res.config.kv_reserve == "at-transfer" or (res.levers.draft is not None and not res.colocated)
+
+
+def request_rows(res: Resolved, rf: np.ndarray, rx: np.ndarray, ri: np.ndarray, lo: int,
+                 hi: int) -> tuple[Transfers, bool, bool]:
+    """Fill rows ``lo`` to ``hi`` (excluded) of the per-request tables (``rx``: all its rows, or
+    one dummy) from the workload; their hand-off figures, and whether compression works at the
+    endpoints and costs decode work."""
+    w, c = res.workload, res.config
+    prompt = np.ascontiguousarray(w.prompt[lo:hi], dtype=np.int64)
+    n = hi - lo
+    kv_bytes = shape(res.model).handoff_bytes(prompt)
+    if res.levers.draft is not None:  # the draft's prompt KV crosses as well
+        kv_bytes = kv_bytes + prompt * res.levers.draft.kv_per_token
+    groups = (c.layer_groups or res.model.layers) if c.send == "layerwise" else 1
+    rows, xrows = rf[lo:hi], rx[lo:hi] if len(rx) == len(rf) else rx
+    rows[:, S.ARRIVAL_T] = w.arrival[lo:hi]
+    endpoint = dec_cost = False
+    kvb = res.model.kv_bytes
+    if res.colocated:
+        xfer = link_transfers(c.link_model, res.link, None, np.zeros(n), kvb)
+    else:
+        comp = res.compression
+        xfer = link_transfers(c.link_model, res.link, comp, kv_bytes, kvb, prompt, groups)
+        rows[:, S.XFER_TIME] = xfer.duration
+        rows[:, S.XFER_J] = xfer.link_j
+        rows[:, S.TRANSIT_J] = xfer.transit_j
+        if len(rx) == len(rf):
+            xrows[:, S.SLICE_TIME] = xfer.slice_time
+            xrows[:, S.SLICE_EXTRA] = xfer.last_extra
+            xrows[:, S.EFF_BYTES] = xfer.slice_time * groups * engine_link(res, res.link).bandwidth
+        if c.topology == "nvlink-domain":
+            nv = link_transfers(c.link_model, res.catalog.link(res.prefill_pool.device.scale_up), comp,
+                                kv_bytes, kvb, prompt, groups)
+            xrows[:, S.XFER_TIME_NV], xrows[:, S.SLICE_TIME_NV] = nv.duration, nv.slice_time
+            xrows[:, S.XFER_J_NV] = nv.link_j
+        if comp is not None and comp.at == "endpoint":
+            endpoint = True
+            rows[:, S.EP_OPS], rows[:, S.EP_BYTES] = endpoint_work(comp, kv_bytes, prompt, kvb)
+        if comp is not None and comp.codec.decode_ops_per_value > 0:
+            dec_cost = True
+            xrows[:, S.DEC_OPS], xrows[:, S.DEC_BYTES] = comp.decode_work(kv_bytes, xfer.wire_bytes, kvb)
+    irows = ri[lo:hi]
+    irows[:, S.PROMPT] = prompt
+    irows[:, S.OUTPUT] = w.output[lo:hi]
+    irows[:, S.QUAD] = prompt * (prompt + 1)
+    irows[:, S.UNITS] = 1 if shape(res.model).state_bytes else prompt + irows[:, S.OUTPUT]
+    return xfer, endpoint, dec_cost
 
 
 def step_tables(res: Resolved) -> tuple[np.ndarray, np.ndarray]:
@@ -311,11 +342,17 @@ def run(res: Resolved, built: tuple[Params, Transfers] | None = None,
     True abandons the run (None is returned), else the step log is emptied and the run goes on
     (the output's step log then holds only the steps since: for callers that read no step
     figures). ``fold_steps``: keep of the step log only what the summary reads (``folded``), a
-    chunk at a time (the scheduled engine keeps its log)."""
+    chunk at a time (the scheduled engine keeps its log); where engine/window.py can, hold only a
+    window of the requests, and of each only the summary's figures (``figures``)."""
     if uses_scheduled_engine(res):
         from kvcargo.engine.scheduled import run_scheduled  # only then: the default run never loads it
 
         return run_scheduled(res)
+    if fold_steps and built is None and stop is None:
+        from kvcargo.engine.window import run_windowed, windowable
+
+        if windowable(res):
+            return run_windowed(res)
     params, xfer = build_params(res) if built is None else built
     del built  # the engine frees the parameters before its last copies (a caller may keep them)
     n = len(params.rf)
@@ -351,32 +388,46 @@ def run(res: Resolved, built: tuple[Params, Transfers] | None = None,
     if fold is not None:
         fold.take(st.logf[:k], st.logi[:k])
         k = 0
+    return EngineOutput(resolved=res, **request_records(res, st, 0, n, transit_bound, wire_bytes),
+                        **instance_records(res, st, channels), steps=st.logf[:k], step_inst=st.logi[:k],
+                        folded=None if fold is None else fold.steps())
 
-    def col(table: np.ndarray, c: int) -> np.ndarray:  # a compact copy: the big table is freed
-        return np.ascontiguousarray(table[:, c])
 
-    # Views where the table is kept whole anyway (the timestamps, the step log: its rows past
-    # ``k`` were never written, so they take no memory) or the workload holds the same array.
+def request_records(res: Resolved, st: State, lo: int, hi: int, transit_bound: np.ndarray,
+                    wire_bytes: np.ndarray) -> dict[str, np.ndarray]:
+    """The per-request fields of :class:`EngineOutput` for requests ``lo`` to ``hi`` (excluded):
+    the timestamps are views, the integers compact copies (the big table can be freed)."""
+    n = len(st.qnext)
+
+    def col(table: np.ndarray, c: int) -> np.ndarray:
+        return np.ascontiguousarray(table[lo:hi, c])
+
+    # Views where the table is kept whole anyway (the timestamps) or the workload holds the same array.
     t, tx, r = st.t, st.tx, st.r
     w = res.workload
 
     def extra(c: int, absent: float = np.nan) -> np.ndarray:  # without the column, one read-only value
-        return col(tx, c) if len(tx) == n else np.broadcast_to(absent, n)
+        return col(tx, c) if len(tx) == n else np.broadcast_to(absent, hi - lo)
 
-    return EngineOutput(
-        resolved=res, arrival=np.asarray(w.arrival, dtype=np.float64),
-        prompt=np.asarray(w.prompt, dtype=np.int64), output=np.asarray(w.output, dtype=np.int64),
-        **{name.lower(): t[:, c] for name, c in S.TIMES.index.items()},
+    return dict(
+        arrival=np.asarray(w.arrival[lo:hi], dtype=np.float64), prompt=np.asarray(w.prompt[lo:hi], dtype=np.int64),
+        output=np.asarray(w.output[lo:hi], dtype=np.int64),
+        **{name.lower(): t[lo:hi, c] for name, c in S.TIMES.index.items()},
         **{name.lower(): col(r, S.REQUESTS[name]) for name in RECORD_INTS},
-        stats=st.stats[:, RECORD_STATS].copy(), engine_stats=st.stats[:, RECORD_ENGINE].copy(),
-        kv_held=st.stats[: res.n_prefill, RECORD_KV_HELD].copy(), lever_stats=st.stats[:, RECORD_LEVERS].copy(),
         prefill_done=extra(S.PREFILL_END), want_memory=extra(S.WANT_MEMORY), reserved=extra(S.RESERVED),
         send_fraction=np.nan_to_num(extra(S.SEND_FRAC), nan=1.0) if len(tx) == n else extra(S.SEND_FRAC, 1.0),
-        steps=st.logf[:k], step_inst=st.logi[:k],
+        transit_bound=transit_bound, wire_bytes=wire_bytes,
+        verify_passes=col(st.spec, S.VERIFY) if len(st.spec) == n else np.zeros(hi - lo, dtype=np.int64),
+    )
+
+
+def instance_records(res: Resolved, st: State, channels: np.ndarray) -> dict[str, Any]:
+    """The per-instance fields and the totals of :class:`EngineOutput`."""
+    return dict(
+        stats=st.stats[:, RECORD_STATS].copy(), engine_stats=st.stats[:, RECORD_ENGINE].copy(),
+        kv_held=st.stats[: res.n_prefill, RECORD_KV_HELD].copy(),
+        lever_stats=st.stats[:, RECORD_LEVERS].copy(),
         horizon=float(st.f[S.F_NOW]), transfers=int(st.i[S.I_XFERS]),
         port_busy=st.port_busy.copy(), port_channels=channels, link_busy_s=float(st.port_busy[0]),
-        link_j=float(st.f[S.F_LINK_J]), transit_j=float(st.f[S.F_TRANSIT_J]), transit_bound=transit_bound,
-        wire_bytes=wire_bytes,
-        verify_passes=col(st.spec, S.VERIFY) if len(st.spec) == n else np.zeros(n, dtype=np.int64),
-        folded=None if fold is None else fold.steps(),
+        link_j=float(st.f[S.F_LINK_J]), transit_j=float(st.f[S.F_TRANSIT_J]),
     )

@@ -25,6 +25,7 @@ from kvcargo.engine.routing import route_decode
 from kvcargo.engine.state import (
     ARRIVAL,
     ARRIVAL_T,
+    ARRIVALS_DUE,
     DECODE_DONE,
     DECODE_WAKE,
     EVENTS_FULL,
@@ -32,6 +33,8 @@ from kvcargo.engine.state import (
     FINISHED,
     FLOW_DONE,
     GRANT,
+    I_DUE,
+    I_LOADED,
     I_NEV,
     I_SEQ,
     I_STOP,
@@ -69,8 +72,12 @@ def arrive(st, pr, r):
         decode_submit(st, route_decode(st), r)
     else:
         prefill_submit(st, pr, route_prefill(st), r)
-    if r + 1 < pr.rf.shape[0]:
+    if r + 1 >= pr.rf.shape[0]:
+        return
+    if r + 1 < st.i[I_LOADED]:
         _schedule_arrival(st, pr, r + 1)
+    else:  # a windowed run loads it first: run_events pauses and schedules it on resuming
+        st.i[I_DUE] = r + 1
 
 
 @kernel(refcounts=False)
@@ -106,9 +113,14 @@ def run_instance(st, pr, d, ending):
 def run_events(st, pr):
     """Simulate until every request has finished or been rejected (returns FINISHED), or until
     the step log or the event heap is full (LOG_FULL, EVENTS_FULL: grow it and call again to
-    resume exactly where it paused)."""
+    resume exactly where it paused), or until the next arrival's parameters are not loaded
+    (ARRIVALS_DUE: load them and call again; the clock has not moved, so scheduling it on
+    resuming gives it the sequence number it would have had)."""
     if st.i[I_SEQ] == 0:  # a fresh run (the clock is at 0)
         _schedule_arrival(st, pr, 0)
+    if st.i[I_DUE] >= 0:
+        _schedule_arrival(st, pr, st.i[I_DUE])
+        st.i[I_DUE] = -1
     while st.i[I_NEV] > 0 and st.i[I_STOP] == 0:
         if log_full(st):
             return LOG_FULL
@@ -118,6 +130,8 @@ def run_events(st, pr):
         st.f[F_NOW] = t
         if kind == ARRIVAL:
             arrive(st, pr, idx)
+            if st.i[I_DUE] >= 0:
+                return ARRIVALS_DUE
         elif kind == PREFILL_WAKE:
             prefill_begin(st, pr, idx)
         elif kind == PREFILL_DONE:

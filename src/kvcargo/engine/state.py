@@ -13,6 +13,7 @@ in a slot of the unit pool while it waits or moves.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -75,9 +76,11 @@ STATS = Table(np.float64, S_BUSY=0, S_FLOPS=0, S_BYTES=0, S_EC=0, S_EM=0, S_STEP
 FLOWS = Table(np.float64, UF_LEFT=0, UF_RATE=0)
 # ``State.ports``: free channels, FIFO of waiting units (head, tail).
 PORTS = Table(np.int64, PORT_FREE=0, PORT_HEAD=-1, PORT_TAIL=-1)
-# ``State.i``: integer scalars.
+# ``State.i``: integer scalars. I_LOADED: requests whose parameters are loaded (all of them but
+# in a windowed run, see engine/window.py); I_DUE: the arrival a windowed run paused before
+# scheduling (-1: none).
 INT_SCALARS = Table(np.int64, I_SEQ=0, I_DONE=0, I_REJ=0, I_STOP=0, I_XFERS=0, I_NSTEPS=0, I_NEV=0, I_NACTIVE=0,
-                    I_FLOW_GEN=0)
+                    I_FLOW_GEN=0, I_LOADED=0, I_DUE=-1)
 # ``State.f``: float scalars (the clock, link energy totals, the last fair-share update).
 FLOAT_SCALARS = Table(np.float64, F_NOW=0, F_LINK_J=0, F_TRANSIT_J=0, F_FLOW_T=0)
 # ``State.logf``, ``State.logi``: the step log, one row per decode step (its start and end; its
@@ -208,18 +211,22 @@ class State(NamedTuple):
     """Speculative decoding: per request TOKENS_OUT, RNG, VERIFY; one dummy row otherwise."""
 
 
-# What run_events returns: finished, or paused because an array is full (grow it, run again).
-FINISHED, LOG_FULL, EVENTS_FULL = 0, 1, 2
+# What run_events returns: finished, or paused because an array is full (grow it, run again), or
+# because the next arrival's parameters are not loaded yet (load them, raise I_LOADED, run again).
+FINISHED, LOG_FULL, EVENTS_FULL, ARRIVALS_DUE = 0, 1, 2, 3
 
 
 def new_state(n: int, n_prefill: int, n_decode: int, n_stats: int, max_batch: int, ports: np.ndarray,
               groups: int, fair: bool, log_capacity: int, n_blocks: int = 0, extra: bool = False,
-              speculative: bool = False) -> State:
+              speculative: bool = False, zeros: Callable[..., np.ndarray] = np.zeros,
+              loaded: int | None = None) -> State:
     """Fresh state for ``n`` requests whose hand-offs are cut in ``groups`` parts.
 
     Colocated runs use the prefill rows for each instance's batch in flight and the decode rows
     for its queue and running batch. ``ports`` holds each port's channels; ``extra``: an opt-in
-    model needs the per-request columns of ``tx``.
+    model needs the per-request columns of ``tx``. ``zeros`` allocates the per-request arrays of
+    :func:`fresh_rows`, of which the first ``loaded`` rows (default: all) are made fresh (a
+    windowed run makes the others fresh as it loads them, see engine/window.py).
     """
     p = PREFILLS.new(n_prefill)
     d = DECODES.new(n_decode)
@@ -228,12 +235,16 @@ def new_state(n: int, n_prefill: int, n_decode: int, n_stats: int, max_batch: in
     units = n * groups
     events = 4 * (n_prefill + n_decode + 3 * int(ports.sum())) + 128
     batch = max(1, min(max_batch, n))
-    return State(
-        t=TIMES.new(n), tx=EXTRA_TIMES.new(n if extra else 1), r=REQUESTS.new(n), p=p, d=d,
-        qnext=np.full(n, -1, dtype=np.int64), fink=np.zeros((n_decode, batch)), fini=ITEMS.new(n_decode, batch),
-        stats=STATS.new(n_stats), i=INT_SCALARS.new(), f=FLOAT_SCALARS.new(),
+    loaded = n if loaded is None else loaded
+    scalars = INT_SCALARS.new()
+    scalars[INT_SCALARS["I_LOADED"]] = loaded
+    st = State(
+        t=zeros((n, TIMES.width)), tx=EXTRA_TIMES.new(n if extra else 1),
+        r=zeros((n, REQUESTS.width), dtype=np.int64), p=p, d=d, qnext=zeros(n, dtype=np.int64),
+        fink=np.zeros((n_decode, batch)), fini=ITEMS.new(n_decode, batch),
+        stats=STATS.new(n_stats), i=scalars, f=FLOAT_SCALARS.new(),
         evt=np.zeros((1, events)), evi=ITEMS.new(1, events),
-        unext=np.full(units, -1, dtype=np.int64), uf=FLOWS.new(units if fair else 1),
+        unext=zeros(units, dtype=np.int64), uf=FLOWS.new(units if fair else 1),
         active=np.zeros(units if fair else 1, dtype=np.int64), port_left=np.zeros(len(ports)),
         port_count=np.zeros(len(ports), dtype=np.int64), frozen=np.zeros(units if fair else 1, dtype=np.bool_),
         ports=port_rows, port_busy=np.zeros(len(ports)), lru=LRU_LINKS.new(n_decode, max(n_blocks, 1)),
@@ -241,6 +252,18 @@ def new_state(n: int, n_prefill: int, n_decode: int, n_stats: int, max_batch: in
         rows=np.zeros((n_decode, batch if speculative else 1), dtype=np.int64),
         spec=SPEC.new(n if speculative else 1),
     )
+    fresh_rows(st, 0, loaded)
+    return st
+
+
+def fresh_rows(st: State, lo: int, hi: int) -> None:
+    """Make requests ``lo`` to ``hi`` (excluded) fresh in the per-request arrays sized by
+    :func:`new_state`'s ``zeros``: ``t``, ``r``, ``qnext`` and ``unext``."""
+    groups = len(st.unext) // len(st.qnext)
+    st.t[lo:hi] = TIMES.fresh
+    st.r[lo:hi] = REQUESTS.fresh
+    st.qnext[lo:hi] = -1
+    st.unext[lo * groups:hi * groups] = -1
 
 
 def grown(st: State, code: int) -> State:

@@ -13,6 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from kvcargo.engine.state import I_NSTEPS, LOG_BATCH, LOG_END, LOG_INST, LOG_INT, State
+from kvcargo.stats import Sample
 
 CHUNK_STEPS = 1 << 20
 """Steps the engine logs between folds (24 MB of log)."""
@@ -71,3 +72,102 @@ class StepFold:
                 ends[at:at + len(part)] = part
                 at += len(part)
         return FoldedSteps(ends, self.rows.copy(), self.batch.copy())
+
+
+class GapFold(StepFold):
+    """A windowed run's token-gap sample (``kvcargo.metrics.itl_sample``'s, bit for bit), built
+    as its requests settle, holding only the steps a request still to be taken may need.
+
+    Per instance it holds the step ends from ordinal ``lo`` and, from ``base`` on, each step's
+    change in the number of steady requests past their first step (``delta``). A steady request
+    taken (:meth:`spans`) adds its first gap and marks its steps; steps that no request still to
+    be taken can reach are added to the sample with their counts as weights (:meth:`flush`).
+    Requests that may fall in the warm-up are only known at the end: the steps they reach (the
+    ``early`` ends, kept once they are known: :meth:`keep_early`) are added again at the end
+    (:meth:`close`) with the counts of those that did not — the same multiset of gaps."""
+
+    def __init__(self, n_inst: int, sample: Sample) -> None:
+        super().__init__(n_inst)
+        self.sample = sample
+        self.ends = [np.zeros(0) for _ in range(self.n_inst)]
+        self.delta = [np.zeros(1, dtype=np.int64) for _ in range(self.n_inst)]
+        self.lo = np.zeros(self.n_inst, dtype=np.int64)
+        self.base = np.zeros(self.n_inst, dtype=np.int64)
+        self.level = np.zeros(self.n_inst, dtype=np.int64)
+        self.early: list[np.ndarray] | None = None
+
+    def take(self, logf: np.ndarray, logi: np.ndarray) -> None:
+        before = self.rows.copy()
+        super().take(logf, logi)
+        for i in range(self.n_inst):
+            if self.rows[i] > before[i]:
+                new = np.concatenate(self.pieces[i])
+                self.pieces[i] = []
+                self.ends[i] = np.concatenate([self.ends[i], new])
+                self.delta[i] = np.concatenate([self.delta[i], np.zeros(len(new), dtype=np.int64)])
+
+    def spans(self, inst: np.ndarray, first: np.ndarray, output: np.ndarray, first_token: np.ndarray) -> None:
+        """Steady requests with token gaps (their decode instance, first step ordinal, output,
+        first token; every one of their steps folded and not flushed)."""
+        for i in np.unique(inst).tolist():
+            sel = inst == i
+            k, out = first[sel], output[sel]
+            self.sample.add(self.ends[i][k - self.lo[i]] - first_token[sel], np.ones(len(k), dtype=np.int64))
+            d = self.delta[i]  # ordinals from base; one past the last folded step
+            np.add.at(d, k + 1 - self.base[i], 1)  # from its second step ...
+            np.add.at(d, k + out - 1 - self.base[i], -1)  # ... to its last
+
+    def flush(self, below: np.ndarray) -> None:
+        """Add to the sample every step of instance i below ordinal ``below[i]`` (no request
+        still to be taken has a step before it), and let go of what no one needs any more."""
+        for i in range(self.n_inst):
+            stop = min(int(below[i]), int(self.rows[i]))
+            m = stop - int(self.base[i])
+            if m <= 0:
+                continue
+            b = int(self.base[i]) - int(self.lo[i])
+            ends, d = self.ends[i], self.delta[i]
+            weights = self.level[i] + np.cumsum(d[:m])
+            if b == 0 and self.lo[i] == 0:  # an instance's first step has no gap (no weight either)
+                self.sample.add(ends[1:m] - ends[:m - 1], weights[1:])
+            else:
+                self.sample.add(ends[b:b + m] - ends[b - 1:b + m - 1], weights)
+            self.level[i] = weights[-1]
+            self.delta[i] = d[m:].copy()
+            self.base[i] = stop
+            if self.early is not None:  # keep the last end flushed (the next gap's start)
+                cut = stop - 1 - int(self.lo[i])
+                if cut > len(ends) // 2:
+                    self.ends[i] = ends[cut:].copy()
+                    self.lo[i] += cut
+
+    def keep_early(self, inst: np.ndarray, first: np.ndarray, output: np.ndarray) -> None:
+        """Keep the ends of the steps that requests which may fall in the warm-up reach (their
+        columns as :meth:`spans`); every one of them has been folded."""
+        self.early = []
+        for i in range(self.n_inst):
+            sel = inst == i
+            last = int((first[sel] + output[sel] - 1).max()) if sel.any() else 0
+            assert self.lo[i] == 0
+            self.early.append(self.ends[i][:last].copy())
+
+    def steps(self) -> FoldedSteps:
+        """The steps' counts and batch sums (their ends went into the sample: ``ends`` is empty)."""
+        return FoldedSteps(np.zeros(0), self.rows.copy(), self.batch.copy())
+
+    def close(self, inst: np.ndarray, first: np.ndarray, output: np.ndarray, first_token: np.ndarray) -> None:
+        """The end: flush every step, then add the gaps of the requests past the warm-up among
+        those held (their columns as :meth:`spans`)."""
+        self.flush(self.rows)
+        if self.early is None:
+            self.keep_early(inst, first, output)
+        for i in range(self.n_inst):
+            sel = inst == i
+            if not sel.any():
+                continue
+            k, out, ends = first[sel], output[sel], self.early[i]
+            self.sample.add(ends[k] - first_token[sel], np.ones(len(k), dtype=np.int64))
+            level = np.cumsum(np.bincount(k + 1, minlength=len(ends) + 1)[:len(ends)]
+                              - np.bincount(k + out - 1, minlength=len(ends) + 1)[:len(ends)])
+            self.sample.add(ends[1:] - ends[:-1], level[1:])
+        self.early = None
