@@ -59,7 +59,7 @@ def build(res: Resolved, xfer: Any) -> S.SchedState:
     unit = block if paged else 1
     npre = 0 if res.colocated else res.n_prefill
     m = npre + res.n_decode
-    rf = S.REQUEST_FLOATS.new(n)
+    rf = S.REQUEST_FLOATS.new(n, order="F")  # column by column: the record's columns are views
     rf[:, S.ARR] = w.arrival
     ri = _line_aligned(n, S.RI_WIDTH)
     ri[:, : S.REQUEST_INTS.width] = S.REQUEST_INTS.fresh
@@ -166,9 +166,11 @@ def run_arrays(res: Resolved):  # type: ignore[no-untyped-def]
     st = simulate_arrays(build(res, xfer))
     n = len(st.ri)
     k, nr, ns = int(st.g[S.G_NSTEPS]), int(st.g[S.G_NRUNS]), int(st.g[S.G_NSPANS])
-    rf, ri = st.rf, st.ri
-    runi, runf = st.runi[:nr].copy(), st.runf[:nr].copy()
-    logf, logi = st.logf[:k].copy(), st.logi[:k].copy()
+    rf, ri, w = st.rf, st.ri, res.workload
+    # Views, not copies: the tables' rows past the count were never written (zeroed memory: no
+    # pages), and each of ``rf``'s columns is contiguous. Copies cost their pages and a pass.
+    runi, runf = st.runi[:nr], st.runf[:nr]
+    logf, logi = st.logf[:k], st.logi[:k]
     itl_values = itl_offsets = None
     if int(np.sum(np.maximum(ri[:, S.O] - 1, 0))) <= EXPANDED_GAPS_MAX:
         itl_values, itl_offsets = per_request(logf[:, S.LOG_END], logi[:, S.LOG_INST], res.n_decode, runi, runf, n)
@@ -176,28 +178,30 @@ def run_arrays(res: Resolved):  # type: ignore[no-untyped-def]
     spans = [(SPAN_NAMES[a], ROLES[b], int(i), int(r), float(s0), float(s1))
              for (a, b, i, r), (s0, s1) in zip(st.spi[:ns].tolist(), st.spf[:ns].tolist())]
     levers = lever_metrics(res, st)
-    zeros = np.zeros(n)
     colocated = res.colocated
 
-    def col(table: np.ndarray, c: int) -> np.ndarray:
-        return np.ascontiguousarray(table[:, c])
+    def col(c: int) -> np.ndarray:  # a compact copy: the integer table is freed
+        return np.ascontiguousarray(ri[:, c])
+
+    def const(value: float, dtype: type = np.float64) -> np.ndarray:  # a column this engine has not: one value
+        return np.broadcast_to(np.array(value, dtype=dtype), n)
 
     return EngineOutput(
-        resolved=res, arrival=col(rf, S.ARR), prompt=col(ri, S.P), output=col(ri, S.O),
-        prefill_start=col(rf, S.PS), first_token=col(rf, S.FIRST), kv_start=col(rf, S.KS),
-        kv_ready=col(rf, S.KR), decode_start=col(rf, S.DS), finish=col(rf, S.FIN),
-        status=col(ri, S.STATUS), prefill_inst=col(ri, S.PINST), decode_inst=col(ri, S.DINST),
-        first_step=np.full(n, -1, dtype=np.int64), stats=stats,
-        kv_held=np.zeros((res.n_prefill, 2)), send_fraction=np.ones(n), want_memory=np.full(n, np.nan),
-        reserved=np.full(n, np.nan), steps=logf, step_inst=logi,
+        resolved=res, arrival=rf[:, S.ARR], prompt=np.asarray(w.prompt, dtype=np.int64),
+        output=np.asarray(w.output, dtype=np.int64), prefill_start=rf[:, S.PS], first_token=rf[:, S.FIRST],
+        kv_start=rf[:, S.KS], kv_ready=rf[:, S.KR], decode_start=rf[:, S.DS], finish=rf[:, S.FIN],
+        status=col(S.STATUS), prefill_inst=col(S.PINST), decode_inst=col(S.DINST),
+        first_step=const(-1, np.int64), stats=stats,
+        kv_held=np.zeros((res.n_prefill, 2)), send_fraction=const(1.0), want_memory=const(np.nan),
+        reserved=const(np.nan), steps=logf, step_inst=logi,
         horizon=float(st.gf[S.F_NOW]), transfers=int(st.g[S.G_XFERS]),
         port_busy=np.array([st.gf[S.F_LINK_BUSY]]), port_channels=np.array([res.channels]),
         link_busy_s=float(st.gf[S.F_LINK_BUSY]), link_j=float(st.gf[S.F_LINK_J]),
         transit_j=float(st.gf[S.F_TRANSIT_J]),
-        transit_bound=np.zeros(n, dtype=bool) if colocated else xfer.transit_bound,
-        wire_bytes=zeros if colocated else xfer.wire_bytes,
-        lever_stats=np.zeros((len(st.ii), 5)), verify_passes=np.zeros(n, dtype=np.int64),
-        engine_stats=np.zeros((len(st.ii), 3)), prefill_done=np.full(n, np.nan),
+        transit_bound=const(False, np.bool_) if colocated else xfer.transit_bound,
+        wire_bytes=const(0.0) if colocated else xfer.wire_bytes,
+        lever_stats=np.zeros((len(st.ii), 5)), verify_passes=const(0, np.int64),
+        engine_stats=np.zeros((len(st.ii), 3)), prefill_done=const(np.nan),
         itl_values=itl_values, itl_offsets=itl_offsets, itl_runs=(runi, runf), levers=levers,
         swap_j=levers.get("swap_J", 0.0), spans=spans,
     )
