@@ -16,6 +16,7 @@ import numpy as np
 from kvcargo import _jit
 from kvcargo.config import Resolved
 from kvcargo.cost import kv_capacity, model_coefficients, shape
+from kvcargo.engine import aot
 from kvcargo.engine import sched_state as S
 from kvcargo.engine.heap import ITEMS
 from kvcargo.engine.sched_gaps import per_request
@@ -51,7 +52,7 @@ def build(res: Resolved, xfer: Any) -> S.SchedState:
     c, w, model = res.config, res.workload, res.model
     check_model(res)
     n = len(w)
-    mi, mf = model_coefficients(model, c.lm_head)
+    mi, mf = (np.array(a) for a in model_coefficients(model, c.lm_head))  # writable, as the compiled loop's
     host = res.catalog.link(c.host_link or DEFAULT_HOST_LINK)
     budget = c.max_num_batched_tokens if c.max_num_batched_tokens is not None else c.token_budget
     paged = c.kv_policy == "paged"
@@ -114,10 +115,20 @@ def build(res: Resolved, xfer: Any) -> S.SchedState:
         spi=S.SPAN_INTS.new(4 * rows + 64), spf=S.SPAN_TIMES.new(4 * rows + 64))
 
 
+def plain_seconds(st: S.SchedState) -> float:
+    """About what the run takes as plain Python."""
+    return float(np.sum(st.ri[:, S.O])) * PLAIN_S_PER_TOKEN
+
+
 def simulate_arrays(st: S.SchedState) -> S.SchedState:
-    """Run the loop to the end (compiled when that pays); the final arrays."""
-    _jit.use_compiled(float(np.sum(st.ri[:, S.O])) * PLAIN_S_PER_TOKEN)
-    from kvcargo.engine.sched_loop import run_events  # bound compiled, if compiled
+    """Run the loop to the end (compiled when that pays: ahead of time if the module is built,
+    else just in time); the final arrays."""
+    plain_s = plain_seconds(st)
+    aot.prepare(plain_s, accumulate=False, unit_plain_s=1.0)
+    run_events = aot.scheduled_loop()
+    if run_events is None:  # also while the module is built in the background: numba's cache serves
+        _jit.use_compiled(plain_s)
+        from kvcargo.engine.sched_loop import run_events  # bound compiled, if compiled
 
     while (code := run_events(st)) != S.FINISHED:
         if code == S.STALLED:
@@ -162,7 +173,7 @@ def run_arrays(res: Resolved):  # type: ignore[no-untyped-def]
     """Simulate a configuration with the array engine; the same record as the SimPy one."""
     from kvcargo.engine.cluster import EngineOutput
 
-    xfer = None if res.colocated else _transfers(res)
+    xfer = transfers_of(res)
     st = simulate_arrays(build(res, xfer))
     n = len(st.ri)
     k, nr, ns = int(st.g[S.G_NSTEPS]), int(st.g[S.G_NRUNS]), int(st.g[S.G_NSPANS])
@@ -214,8 +225,10 @@ def _line_aligned(rows: int, cols: int) -> np.ndarray:
     return buf[skip: skip + rows * cols].reshape(rows, cols)
 
 
-def _transfers(res: Resolved):  # type: ignore[no-untyped-def]
-    """The hand-offs' transfers: time on the link, energies, wire bytes (RS §4, §5)."""
+def transfers_of(res: Resolved):  # type: ignore[no-untyped-def]
+    """The hand-offs' transfers: time on the link, energies, wire bytes (RS §4, §5); None colocated."""
+    if res.colocated:
+        return None
     w = res.workload
     return transfers(res.link, res.compression, shape(res.model).handoff_bytes(np.asarray(w.prompt, dtype=np.int64)),
                      res.model.kv_bytes, np.asarray(w.prompt))
