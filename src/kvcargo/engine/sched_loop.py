@@ -54,6 +54,7 @@ from kvcargo.engine.sched_state import (
     C_CHANNELS,
     C_COLOCATED,
     C_ENDPOINT,
+    C_KVP,
     C_NDEC,
     C_NPRE,
     C_POLICY,
@@ -83,6 +84,7 @@ from kvcargo.engine.sched_state import (
     FINISHED,
     FIRST,
     FLOPS,
+    GROW_GEN,
     G_DONE,
     G_INBOX,
     G_LINK_USERS,
@@ -119,11 +121,13 @@ from kvcargo.engine.sched_state import (
     MAX_ROWS,
     N_CHUNK,
     N_DEC,
+    N_GROW,
     N_LOGGED,
     N_PREFILLING,
     N_RUN,
     NBYTES,
     NORMAL,
+    PAGED,
     PINST,
     POOL,
     PREFILL,
@@ -135,6 +139,7 @@ from kvcargo.engine.sched_state import (
     RECOMPUTED,
     ROLE,
     RUN,
+    RUN_GEN,
     RUN_INST,
     RUN_INT,
     RUN_M,
@@ -629,10 +634,13 @@ def advance(st, d):
     """Every decode row of the step got its next token; those at their length finish, in row
     order, once all have advanced."""
     ndec = st.ii[d, N_DEC]
-    ri, runi, snap = st.ri, st.runi, st.snap
+    ri, runi, snap, grow_rows = st.ri, st.runi, st.snap, st.grow
     j, prev = st.ii[d, CUR_LOG], st.ii[d, PREV_LOG]
+    paged = st.cfg[C_KVP] == PAGED
+    unit = st.ii[d, UNIT]
     finished = 0
     steady = 0
+    short = 0
     for k in range(ndec):
         r = snap[d, k]
         if ri[r, LAST_STEP] == prev:  # its run goes on (token's first case, inlined)
@@ -644,6 +652,9 @@ def advance(st, d):
             token(st, d, r, False)
         if ri[r, TOK] >= ri[r, O]:
             finished += 1
+        elif paged and ri[r, P] + ri[r, TOK] > ri[r, ALLOC] * unit and ri[r, DONE_TOK] >= ri[r, T]:
+            grow_rows[d, short] = r  # its next token needs a block (grow's test)
+            short += 1
     st.ii[d, CONTEXT] += steady
     st.ii[d, TOKENS] += steady
     if finished:
@@ -655,6 +666,8 @@ def advance(st, d):
             r = snap[d, k]
             if ri[r, TOK] >= ri[r, O]:
                 end(st, d, r)
+    st.ii[d, N_GROW] = short
+    st.ii[d, GROW_GEN] = st.ii[d, RUN_GEN]  # the list holds until the running rows change
 
 
 @kernel(inline=True)

@@ -109,6 +109,7 @@ def build(res: Resolved, xfer: Any) -> S.SchedState:
     return S.SchedState(
         rf=rf, ri=ri, nxt=np.full(n, -1, dtype=np.int64), lq=S.LINK_QUEUE.new(1), ii=ii, fi=S.INSTANCE_FLOATS.new(m), run=np.zeros((m, rows), dtype=np.int64),
         snap=np.zeros((m, rows), dtype=np.int64), snapc=np.zeros((m, rows), dtype=np.int64),
+        grow=np.zeros((m, rows), dtype=np.int64),
         evt=np.zeros((1, events)), evi=ITEMS.new(1, events), g=g, gf=S.FLOAT_SCALARS.new(), cfg=cfg, cf=cf,
         hf=hf, mi=mi, mf=mf, roots=roots, logf=S.LOG_TIMES.new(log), logi=S.LOG_INTS.new(log),
         runi=S.RUNS.new(n + 4 * rows + 64), runf=np.zeros(n + 4 * rows + 64),
