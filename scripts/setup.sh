@@ -7,6 +7,6 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[${1:-all}]"
-# Build the compiled simulation engine and numba's cache of the serving levers' loop now (a few
-# minutes, once, said on the terminal), not during the first run.
+# Build the compiled simulation engine, the serving levers' loop included, now (a few minutes,
+# once, said on the terminal), not during the first run.
 .venv/bin/python -m kvcargo.engine.aot

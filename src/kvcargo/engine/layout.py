@@ -42,9 +42,12 @@ class Table:
     def new(self, *rows: int, order: str = "C") -> np.ndarray:
         """A table of ``rows`` (none: one row as a vector) with every row fresh; ``order="F"``
         stores it column by column (each column a contiguous array)."""
-        if not self.fresh.any():  # zeros: pages are only committed once written (a step log's room)
-            return np.zeros((*rows, self.width), dtype=self.dtype, order=order)
-        out = np.empty((*rows, self.width), dtype=self.dtype, order=order)
+        if not self.fresh.any() or order == "F":  # zeros: pages are only committed once written
+            out = np.zeros((*rows, self.width), dtype=self.dtype, order=order)
+            for c in np.flatnonzero(self.fresh):  # column by column: a zero column stays unwritten
+                out[..., c] = self.fresh[c]
+            return out
+        out = np.empty((*rows, self.width), dtype=self.dtype)
         out[...] = self.fresh
         return out
 
