@@ -142,6 +142,7 @@ from kvcargo.engine.sched_state import (
     RUN_GEN,
     RUN_INST,
     RUN_INT,
+    RUN_LEN,
     RUN_M,
     RUN_ORD,
     RUN_R,
@@ -229,23 +230,31 @@ def last_token(st, r):
 
 
 @kernel(inline=True)
+def end_run(st, r):
+    """Request ``r``'s current run of token gaps (if any) ends: its length goes to its row."""
+    if st.ri[r, RUN] >= 0:
+        st.runi[st.ri[r, RUN], RUN_M] = st.ri[r, RUN_LEN]
+
+
+@kernel(inline=True)
 def token(st, d, r, first):
     """Request ``r`` got a token at the end of ``d``'s step in flight (``first``: its first)."""
     now = st.gf[F_NOW]
     j = st.ii[d, CUR_LOG]
     if not first and j >= 0 and st.ri[r, LAST_STEP] == st.ii[d, PREV_LOG]:
-        st.runi[st.ri[r, RUN], RUN_M] += 1
+        st.ri[r, RUN_LEN] += 1
     elif first and j < 0:
         st.ri[r, RUN] = -1  # no gap now, and the next token's gap starts a run
     else:
+        end_run(st, r)
         k = st.g[G_NRUNS]
         st.runi[k, RUN_R] = r
         st.runi[k, RUN_INST] = st.ii[d, INDEX]
         st.runi[k, RUN_ORD] = st.ii[d, N_LOGGED] - 1 if j >= 0 else -1  # the step in flight is d's latest
-        st.runi[k, RUN_M] = 1
         st.runf[k] = math.nan if first else now - last_token(st, r)
         st.g[G_NRUNS] = k + 1
         st.ri[r, RUN] = k
+        st.ri[r, RUN_LEN] = 1
     st.ri[r, LAST_STEP] = j if j >= 0 else -2
     if j < 0:
         st.rf[r, LAST] = now
@@ -266,6 +275,7 @@ def _settled(st):
 def finish(st, r):
     """Request ``r`` is done; its next turn is released after its think time."""
     now = st.gf[F_NOW]
+    end_run(st, r)
     st.rf[r, FIN] = now
     st.ri[r, STATUS] = 1
     st.g[G_DONE] += 1
@@ -634,7 +644,7 @@ def advance(st, d):
     """Every decode row of the step got its next token; those at their length finish, in row
     order, once all have advanced."""
     ndec = st.ii[d, N_DEC]
-    ri, runi, snap, grow_rows = st.ri, st.runi, st.snap, st.grow
+    ri, snap, grow_rows = st.ri, st.snap, st.grow
     j, prev = st.ii[d, CUR_LOG], st.ii[d, PREV_LOG]
     paged = st.cfg[C_KVP] == PAGED
     unit = st.ii[d, UNIT]
@@ -644,7 +654,7 @@ def advance(st, d):
     for k in range(ndec):
         r = snap[d, k]
         if ri[r, LAST_STEP] == prev:  # its run goes on (token's first case, inlined)
-            runi[ri[r, RUN], RUN_M] += 1
+            ri[r, RUN_LEN] += 1
             ri[r, LAST_STEP] = j
             ri[r, TOK] += 1
             steady += 1

@@ -36,11 +36,11 @@ NAN = float("nan")
 REQUEST_FLOATS = Table(np.float64, LAST=NAN, ARR=0, PS=NAN, FIRST=NAN, KS=NAN, KR=NAN, DS=NAN, FIN=NAN,
                        PREEMPTED_AT=NAN, THINK=0, XFER_T=0, XFER_J=0, TRANSIT_J=0, EP_OPS=0, EP_BYTES=0)
 # ``ri``: per-request integers (TOK: tokens out; LAST_STEP: the logged step of its last token,
-# -2 if that step was not logged; RUN: its current run of token gaps, -1 none). What every step
-# reads of a running row comes first: one cache line (rows are padded to RI_WIDTH columns, two
-# whole lines).
-REQUEST_INTS = Table(np.int64, P=0, O=0, T=0, DONE_TOK=0, ALLOC=0, TOK=0, LAST_STEP=-2, RUN=-1, BASE=0,
-                     SWAPPED_UNITS=0, HELD=0, STATUS=0, PINST=-1, DINST=-1, SUCC=-1)
+# -2 if that step was not logged; RUN: its current run of token gaps, -1 none; RUN_LEN: the tokens
+# of that run so far, written to the run's row when it ends). What every step reads and writes of
+# a running row comes first: one cache line (rows are padded to RI_WIDTH columns, two whole lines).
+REQUEST_INTS = Table(np.int64, P=0, O=0, T=0, DONE_TOK=0, ALLOC=0, TOK=0, LAST_STEP=-2, RUN_LEN=0, RUN=-1,
+                     BASE=0, SWAPPED_UNITS=0, HELD=0, STATUS=0, PINST=-1, DINST=-1, SUCC=-1)
 RI_WIDTH = 16
 # ``ii``: per-instance integers (N_PREFILLING: running rows still prefilling). CONTEXT, TOKENS,
 # ALLOCATED: over the running rows, kept as they change, Σ (p + tokens out) of the decoding rows,
