@@ -164,7 +164,7 @@ def first_run() -> None:
     with tempfile.TemporaryDirectory() as cache:
         env = {**ENV, "NUMBA_CACHE_DIR": cache, "KVCARGO_CACHE_DIR": cache}
         r = child([sys.executable, "-m", "kvcargo.engine.aot"], 1, env=env)
-        row("install step: building the engine, compiling the scheduled loop into numba's cache "
+        row("install step: building the engine, the scheduled loop included "
             "(`scripts/setup.sh`, empty caches, one run)", "says so",
             r.text())
         r = child(KVCARGO + ["reproduce"], 1, env=env)

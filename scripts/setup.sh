@@ -11,6 +11,6 @@ PY=${PYTHON:-python3}
 # PYTHONDONTWRITEBYTECODE is set: every command would compile ~60 modules again (~0.1 s of a
 # 0.3 s `kvcargo simulate`). Write it now; Python reads a cached .pyc even with that setting.
 .venv/bin/python -m compileall -q src/kvcargo > /dev/null
-# Build the compiled simulation engine and numba's cache of the serving levers' loop now (a few
-# minutes, once, said on the terminal), not during the first run.
+# Build the compiled simulation engine, the serving levers' loop included, now (a few minutes,
+# once, said on the terminal), not during the first run.
 .venv/bin/python -m kvcargo.engine.aot

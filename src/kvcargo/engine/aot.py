@@ -36,10 +36,13 @@ from kvcargo.engine.state import Params, State
 
 MODULE = "kvcargo_engine_aot"
 ENTRY = "run_arrays"
+SCHED_ENTRY = "run_scheduled"
+"""The serving levers' event loop (:mod:`kvcargo.engine.sched_loop`) over a scheduled state's arrays."""
 HELPERS = (("kvcargo.workload.draws", "draw_requests"), ("kvcargo.metrics", "_token_gaps"),
            ("kvcargo.stats", "_weighted_limbs"), ("kvcargo.stats", "_limb_sum"),
-           ("kvcargo.stats", "_weighted_select"))
-"""Kernels called from Python besides the event loop, exported under their own names: with
+           ("kvcargo.stats", "_weighted_select"), ("kvcargo.engine.sched_gaps", "step_positions"),
+           ("kvcargo.engine.sched_gaps", "_per_request"), ("kvcargo.engine.sched_gaps", "_weighted"))
+"""Kernels called from Python besides the event loops, exported under their own names: with
 them, a run through the module calls no other kernel from Python, so it never imports numba."""
 ENGINE_PLAIN_S = 250e-6
 """Seconds of plain Python per request (and part of a hand-off) of a run: the event loop and
@@ -52,6 +55,7 @@ STALE_LOCK_S = 1800.0
 """A build lock older than this was left by a builder that died: building may start again."""
 
 _runner: Callable[[State, Params], int] | None = None
+_sched_runner: Callable[[Any], int] | None = None
 _building = False
 _background = False
 """Whether a background build (this process's or another's) is under way: runs stay plain
@@ -96,7 +100,7 @@ def in_use() -> bool:
 
 def _use(module: ModuleType) -> None:
     """Bind the module's exports where the kernels they replace are bound."""
-    global _runner
+    global _runner, _sched_runner
     from kvcargo.engine import loop
 
     text = Path(module.__file__).with_suffix(".types").read_text(encoding="utf-8")  # type: ignore[arg-type]
@@ -114,18 +118,37 @@ def _use(module: ModuleType) -> None:
 
     _runner = run_events
     _jit.rebind(plain_loop, run_events)
+    _sched_runner = _checked(getattr(module, SCHED_ENTRY), types[SCHED_ENTRY], _scheduled_fallback, spread=True)
     for mod, name in HELPERS:
         plain = getattr(importlib.import_module(mod), name)
         _jit.rebind(plain, _checked(getattr(module, name), types[name], plain))
 
 
-def _checked(export: Callable[..., Any], expected: Spec, fallback: Callable[..., Any]) -> Callable[..., Any]:
-    """``export`` where the arguments are of the types it was built for, else ``fallback``."""
+def _checked(export: Callable[..., Any], expected: Spec, fallback: Callable[..., Any],
+             spread: bool = False) -> Callable[..., Any]:
+    """``export`` where the arguments are of the types it was built for, else ``fallback``.
+    ``spread``: the one argument is a tuple of arrays, exported as one argument each."""
 
     def call(*args: Any) -> Any:
-        return export(*args) if fits(args, expected) else fallback(*args)
+        flat = args[0] if spread else args
+        return export(*flat) if fits(flat, expected) else fallback(*args)
 
     return call
+
+
+def scheduled_loop() -> Callable[[Any], int] | None:
+    """The serving levers' event loop from the module, if runs go through it (it takes a
+    scheduled state; bound here, so that a default run never imports that loop)."""
+    return _sched_runner
+
+
+def _scheduled_fallback(st: Any) -> int:
+    """The scheduled loop just in time (compiled if that pays) for a state the module does not fit."""
+    from kvcargo.engine import sched_loop
+    from kvcargo.engine.sched_run import plain_seconds
+
+    _jit.use_compiled(plain_seconds(st))
+    return _jit.current(sched_loop.run_events)(st)
 
 
 def writable(pr: Params) -> tuple[np.ndarray, ...]:
@@ -136,19 +159,19 @@ def writable(pr: Params) -> tuple[np.ndarray, ...]:
 
 def arg_spec(numba_types: tuple[Any, ...]) -> list[str]:
     """What an exported signature fixes of each argument: an array's dtype, dimensions and
-    layout ('C' contiguous or 'A' any), a number's kind ('i' integer, 'f' float)."""
+    layout ('C' or 'F' contiguous, 'A' any), a number's kind ('i' integer, 'f' float)."""
     out = []
     for t in numba_types:
         if hasattr(t, "ndim"):
-            out.append(f"{np.dtype(str(t.dtype)).str}:{t.ndim}:{'C' if t.layout == 'C' else 'A'}")
+            out.append(f"{np.dtype(str(t.dtype)).str}:{t.ndim}:{t.layout}")
         else:
             out.append("f" if "float" in str(t) else "i")
     return out
 
 
-Spec = tuple[tuple[str, "np.dtype | None", int, bool], ...]
+Spec = tuple[tuple[str, "np.dtype | None", int, str], ...]
 """An :func:`arg_spec` parsed once (:func:`parse_spec`): per argument its kind ('a' array, 'i'
-integer, 'f' float), an array's dtype and dimensions, and whether it must be C contiguous. A
+integer, 'f' float), an array's dtype and dimensions, and its layout ('C', 'F' or 'A'). A
 long run pauses thousands of times (a planner's probes, a full step log), each resumed through
 :func:`fits`."""
 
@@ -159,9 +182,9 @@ def parse_spec(expected: list[str]) -> Spec:
     for want in expected:
         if ":" in want:
             dtype, ndim, layout = want.split(":")
-            out.append(("a", np.dtype(dtype), int(ndim), layout == "C"))
+            out.append(("a", np.dtype(dtype), int(ndim), layout))
         else:
-            out.append((want, None, 0, False))
+            out.append((want, None, 0, "A"))
     return tuple(out)
 
 
@@ -170,9 +193,10 @@ def fits(args: tuple[Any, ...], expected: Spec) -> bool:
     built for."""
     if len(args) != len(expected):
         return False
-    for a, (kind, dtype, ndim, c_order) in zip(args, expected):
+    for a, (kind, dtype, ndim, layout) in zip(args, expected):
         if isinstance(a, np.ndarray):
-            if kind != "a" or a.dtype != dtype or a.ndim != ndim or (c_order and not a.flags.c_contiguous):
+            if (kind != "a" or a.dtype != dtype or a.ndim != ndim or (layout == "C" and not a.flags.c_contiguous)
+                    or (layout == "F" and not a.flags.f_contiguous)):
                 return False
         elif kind == "i" and not (isinstance(a, (int, np.integer)) and not isinstance(a, bool)):
             return False
@@ -292,6 +316,10 @@ def _sample() -> tuple[State, Params]:
     return new_state(16, 1, 1, 2, 256, channels, 1, False, 1024), params
 
 
+SCHEDULED_SAMPLE = {"requests": 400, "batch_policy": "chunked", "kv_policy": "paged"}
+"""A small run of the scheduled engine: its arrays' types are the exported loop's and helpers'."""
+
+
 def _build() -> ModuleType | None:
     """Compile the engine into the extension module (once; a minute on a cold numba cache); None
     if numba cannot (no C compiler)."""
@@ -299,7 +327,7 @@ def _build() -> ModuleType | None:
     print("kvcargo: compiling the simulation engine with numba, once after installing or upgrading "
           "(up to a minute)", file=sys.stderr, flush=True)
     from kvcargo.config import SimConfig, resolve
-    from kvcargo.engine import cluster
+    from kvcargo.engine import cluster, sched_gaps, sched_run
     from kvcargo.metrics import summarize
 
     _building = True
@@ -308,17 +336,24 @@ def _build() -> ModuleType | None:
         arrays = (*st, *writable(params))
         config = SimConfig.build(requests=400)
         out = cluster.run(resolve(config))  # plain Python: the helpers' arguments come from it
+        sched = resolve(SimConfig.build(**SCHEDULED_SAMPLE))
+        sched_arrays = tuple(sched_run.build(sched, sched_run.transfers_of(sched)))
+        sched_out = cluster.run(sched)
         with _jit.dispatchers():
             # the helpers' signatures: numba's, from compiling them for a small run's arguments
             resolve(config)
             summarize(out)
+            summarize(sched_out)
+            sched_gaps.per_request(sched_out.steps[:, 1], sched_out.step_inst[:, 0], sched.n_decode,
+                                   *sched_out.itl_runs, len(sched_out.arrival))
             signatures = {name: getattr(importlib.import_module(mod), name).signatures[0] for mod, name in HELPERS}
-            return _compile(arrays, signatures)
+            return _compile(arrays, sched_arrays, signatures)
     finally:
         _building = False
 
 
-def _compile(arrays: tuple[np.ndarray, ...], signatures: dict[str, tuple[Any, ...]]) -> ModuleType | None:
+def _compile(arrays: tuple[np.ndarray, ...], sched_arrays: tuple[np.ndarray, ...],
+             signatures: dict[str, tuple[Any, ...]]) -> ModuleType | None:
     import shutil
     import tempfile
     import warnings
@@ -326,8 +361,11 @@ def _compile(arrays: tuple[np.ndarray, ...], signatures: dict[str, tuple[Any, ..
     import numba
     from numba.pycc import CC
 
+    from kvcargo.engine.sched_state import SchedState
+
     names = [f"s_{f}" for f in State._fields] + [f"p_{f}" for f in Params._fields]
     sig = numba.int64(*[numba.typeof(a) for a in arrays])
+    sched_sig = numba.int64(*[numba.typeof(a) for a in sched_arrays])
     target = _path()
     work = Path(tempfile.mkdtemp(prefix="kvcargo-aot-"))
     try:
@@ -336,10 +374,14 @@ def _compile(arrays: tuple[np.ndarray, ...], signatures: dict[str, tuple[Any, ..
         src.write_text(
             "from kvcargo.engine._structs import by_pointer\n"
             "from kvcargo.engine.loop import run_events\n"
+            "from kvcargo.engine.sched_loop import run_events as run_sched\n"
+            "from kvcargo.engine.sched_state import SchedState\n"
             "from kvcargo.engine.state import Params, State\n\n\n"
             f"def {ENTRY}({', '.join(names)}):\n"
             f"    return run_events(by_pointer(State({', '.join(names[:len(State._fields)])})), "
-            f"by_pointer(Params({', '.join(names[len(State._fields):])})))\n", encoding="utf-8")
+            f"by_pointer(Params({', '.join(names[len(State._fields):])})))\n\n\n"
+            f"def {SCHED_ENTRY}({', '.join(SchedState._fields)}):\n"
+            f"    return run_sched(SchedState({', '.join(SchedState._fields)}))\n", encoding="utf-8")
         spec = importlib.util.spec_from_file_location("kvcargo_engine_entry", src)
         entry_mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
         spec.loader.exec_module(entry_mod)  # type: ignore[union-attr]
@@ -347,7 +389,8 @@ def _compile(arrays: tuple[np.ndarray, ...], signatures: dict[str, tuple[Any, ..
         cc.output_dir = str(work)
         cc.verbose = False
         cc.export(ENTRY, sig)(getattr(entry_mod, ENTRY))
-        types = {ENTRY: arg_spec(sig.args)}
+        cc.export(SCHED_ENTRY, sched_sig)(getattr(entry_mod, SCHED_ENTRY))
+        types = {ENTRY: arg_spec(sig.args), SCHED_ENTRY: arg_spec(sched_sig.args)}
         for mod, name in HELPERS:
             dispatcher = getattr(importlib.import_module(mod), name)
             cres = dispatcher.overloads[signatures[name]]
@@ -390,12 +433,13 @@ def install() -> None:
         print(f"kvcargo: the compiled simulation engine is built ({_path().parent})", file=sys.stderr)
     elif _wait_for_build() is None and _build() is not None:
         print(f"kvcargo: built the compiled simulation engine ({_path().parent})", file=sys.stderr)
-    _warm_scheduled()
+    if _failed():
+        _warm_scheduled()
 
 
 def _warm_scheduled() -> None:
-    """Compile the serving levers' scheduled loop into numba's on-disk cache by one small run with
-    every kernel compiled: the module does not hold that loop, and a first run that needed it
+    """Where the module cannot be built: compile the serving levers' scheduled loop into numba's
+    on-disk cache by one small run with every kernel compiled, as a first run that needed it
     (``kvcargo reproduce`` checks the levers) would otherwise compile it for minutes. Said on the
     terminal while numba compiles; nothing to do when its cache is warm."""
     from kvcargo.config import SimConfig

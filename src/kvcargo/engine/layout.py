@@ -39,10 +39,14 @@ class Table:
         """The number of column ``name``."""
         return self.names.index(name)
 
-    def new(self, *rows: int) -> np.ndarray:
-        """A table of ``rows`` (none: one row as a vector) with every row fresh."""
-        if not self.fresh.any():  # zeros: pages are only committed once written (a step log's room)
-            return np.zeros((*rows, self.width), dtype=self.dtype)
+    def new(self, *rows: int, order: str = "C") -> np.ndarray:
+        """A table of ``rows`` (none: one row as a vector) with every row fresh; ``order="F"``
+        stores it column by column (each column a contiguous array)."""
+        if not self.fresh.any() or order == "F":  # zeros: pages are only committed once written
+            out = np.zeros((*rows, self.width), dtype=self.dtype, order=order)
+            for c in np.flatnonzero(self.fresh):  # column by column: a zero column stays unwritten
+                out[..., c] = self.fresh[c]
+            return out
         out = np.empty((*rows, self.width), dtype=self.dtype)
         out[...] = self.fresh
         return out

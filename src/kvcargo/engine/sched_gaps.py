@@ -14,13 +14,20 @@ from kvcargo._jit import kernel
 from kvcargo.engine.sched_state import RUN_INST, RUN_M, RUN_ORD, RUN_R
 
 
-def step_positions(log_inst: np.ndarray, n_inst: int) -> tuple[np.ndarray, np.ndarray]:
+@kernel
+def step_positions(log_inst, n_inst):
     """The logged steps grouped by instance, each in log order (positions → log index), and
-    where each instance's group starts."""
-    keys = log_inst.astype(np.uint16) if n_inst <= 1 << 16 else log_inst  # small keys: numpy's radix sort
-    order = np.argsort(keys, kind="stable").astype(np.int64)
+    where each instance's group starts: a counting sort, two passes over the log."""
     start = np.zeros(n_inst + 1, dtype=np.int64)
-    np.cumsum(np.bincount(log_inst, minlength=n_inst), out=start[1:])
+    for g in range(log_inst.shape[0]):
+        start[log_inst[g] + 1] += 1
+    for i in range(n_inst):
+        start[i + 1] += start[i]
+    order = np.empty(log_inst.shape[0], dtype=np.int64)
+    fill = start[:n_inst].copy()
+    for g in range(log_inst.shape[0]):
+        order[fill[log_inst[g]]] = g
+        fill[log_inst[g]] += 1
     return order, start
 
 

@@ -54,6 +54,7 @@ from kvcargo.engine.sched_state import (
     C_CHANNELS,
     C_COLOCATED,
     C_ENDPOINT,
+    C_KVP,
     C_NDEC,
     C_NPRE,
     C_POLICY,
@@ -83,6 +84,7 @@ from kvcargo.engine.sched_state import (
     FINISHED,
     FIRST,
     FLOPS,
+    GROW_GEN,
     G_DONE,
     G_INBOX,
     G_LINK_USERS,
@@ -119,11 +121,13 @@ from kvcargo.engine.sched_state import (
     MAX_ROWS,
     N_CHUNK,
     N_DEC,
+    N_GROW,
     N_LOGGED,
     N_PREFILLING,
     N_RUN,
     NBYTES,
     NORMAL,
+    PAGED,
     PINST,
     POOL,
     PREFILL,
@@ -135,8 +139,10 @@ from kvcargo.engine.sched_state import (
     RECOMPUTED,
     ROLE,
     RUN,
+    RUN_GEN,
     RUN_INST,
     RUN_INT,
+    RUN_LEN,
     RUN_M,
     RUN_ORD,
     RUN_R,
@@ -224,23 +230,31 @@ def last_token(st, r):
 
 
 @kernel(inline=True)
+def end_run(st, r):
+    """Request ``r``'s current run of token gaps (if any) ends: its length goes to its row."""
+    if st.ri[r, RUN] >= 0:
+        st.runi[st.ri[r, RUN], RUN_M] = st.ri[r, RUN_LEN]
+
+
+@kernel(inline=True)
 def token(st, d, r, first):
     """Request ``r`` got a token at the end of ``d``'s step in flight (``first``: its first)."""
     now = st.gf[F_NOW]
     j = st.ii[d, CUR_LOG]
     if not first and j >= 0 and st.ri[r, LAST_STEP] == st.ii[d, PREV_LOG]:
-        st.runi[st.ri[r, RUN], RUN_M] += 1
+        st.ri[r, RUN_LEN] += 1
     elif first and j < 0:
         st.ri[r, RUN] = -1  # no gap now, and the next token's gap starts a run
     else:
+        end_run(st, r)
         k = st.g[G_NRUNS]
         st.runi[k, RUN_R] = r
         st.runi[k, RUN_INST] = st.ii[d, INDEX]
         st.runi[k, RUN_ORD] = st.ii[d, N_LOGGED] - 1 if j >= 0 else -1  # the step in flight is d's latest
-        st.runi[k, RUN_M] = 1
         st.runf[k] = math.nan if first else now - last_token(st, r)
         st.g[G_NRUNS] = k + 1
         st.ri[r, RUN] = k
+        st.ri[r, RUN_LEN] = 1
     st.ri[r, LAST_STEP] = j if j >= 0 else -2
     if j < 0:
         st.rf[r, LAST] = now
@@ -261,6 +275,7 @@ def _settled(st):
 def finish(st, r):
     """Request ``r`` is done; its next turn is released after its think time."""
     now = st.gf[F_NOW]
+    end_run(st, r)
     st.rf[r, FIN] = now
     st.ri[r, STATUS] = 1
     st.g[G_DONE] += 1
@@ -629,14 +644,17 @@ def advance(st, d):
     """Every decode row of the step got its next token; those at their length finish, in row
     order, once all have advanced."""
     ndec = st.ii[d, N_DEC]
-    ri, runi, snap = st.ri, st.runi, st.snap
+    ri, snap, grow_rows = st.ri, st.snap, st.grow
     j, prev = st.ii[d, CUR_LOG], st.ii[d, PREV_LOG]
+    paged = st.cfg[C_KVP] == PAGED
+    unit = st.ii[d, UNIT]
     finished = 0
     steady = 0
+    short = 0
     for k in range(ndec):
         r = snap[d, k]
         if ri[r, LAST_STEP] == prev:  # its run goes on (token's first case, inlined)
-            runi[ri[r, RUN], RUN_M] += 1
+            ri[r, RUN_LEN] += 1
             ri[r, LAST_STEP] = j
             ri[r, TOK] += 1
             steady += 1
@@ -644,6 +662,9 @@ def advance(st, d):
             token(st, d, r, False)
         if ri[r, TOK] >= ri[r, O]:
             finished += 1
+        elif paged and ri[r, P] + ri[r, TOK] > ri[r, ALLOC] * unit and ri[r, DONE_TOK] >= ri[r, T]:
+            grow_rows[d, short] = r  # its next token needs a block (grow's test)
+            short += 1
     st.ii[d, CONTEXT] += steady
     st.ii[d, TOKENS] += steady
     if finished:
@@ -655,6 +676,8 @@ def advance(st, d):
             r = snap[d, k]
             if ri[r, TOK] >= ri[r, O]:
                 end(st, d, r)
+    st.ii[d, N_GROW] = short
+    st.ii[d, GROW_GEN] = st.ii[d, RUN_GEN]  # the list holds until the running rows change
 
 
 @kernel(inline=True)

@@ -25,6 +25,7 @@ from kvcargo.engine.sched_state import (
     DEBT,
     DONE_TOK,
     F_NOW,
+    GROW_GEN,
     G_NSPANS,
     H_BW,
     H_LATENCY,
@@ -32,6 +33,7 @@ from kvcargo.engine.sched_state import (
     INDEX,
     MAX_ROWS,
     MAXLEN,
+    N_GROW,
     N_PREFILLING,
     N_RUN,
     PAGED,
@@ -45,6 +47,7 @@ from kvcargo.engine.sched_state import (
     Q_TAIL,
     Q_TOKENS,
     ROLE,
+    RUN_GEN,
     SPAN_FROM,
     SPAN_INST,
     SPAN_KIND,
@@ -126,6 +129,7 @@ def _count(st, d, r, sign):
 @kernel(inline=True)
 def became_decoding(st, d, r):
     """Running row ``r``'s prompt is now all in KV."""
+    st.ii[d, RUN_GEN] += 1
     st.ii[d, N_PREFILLING] -= 1
     st.ii[d, CONTEXT] += st.ri[r, P] + st.ri[r, TOK]
 
@@ -142,6 +146,7 @@ def run_insert(st, d, r):
         k -= 1
     st.run[d, k] = r
     st.ii[d, N_RUN] = n + 1
+    st.ii[d, RUN_GEN] += 1
     _count(st, d, r, 1)
 
 
@@ -157,6 +162,7 @@ def run_remove(st, d, r):
         run[d, k] = run[d, k + 1]
         k += 1
     st.ii[d, N_RUN] = n - 1
+    st.ii[d, RUN_GEN] += 1
     _count(st, d, r, -1)
 
 
@@ -306,9 +312,37 @@ def preempt(st, d, v):
 
 
 @kernel(inline=True)
+def grow_listed(st, d):
+    """Give the rows the last step listed their blocks if all of them fit (no preemption: the
+    same units as row by row, in any order); whether they did. The list is every decoding row
+    that needs a block while the running rows are as that step left them."""
+    if st.ii[d, GROW_GEN] != st.ii[d, RUN_GEN]:
+        return False
+    ri, rows = st.ri, st.grow
+    unit = st.ii[d, UNIT]
+    more = 0
+    for k in range(st.ii[d, N_GROW]):
+        r = rows[d, k]
+        more += -(-(ri[r, P] + ri[r, TOK]) // unit) - ri[r, ALLOC]
+    if not room(st, d, more):
+        return False
+    for k in range(st.ii[d, N_GROW]):
+        r = rows[d, k]
+        ri[r, ALLOC] = -(-(ri[r, P] + ri[r, TOK]) // unit)
+    st.ii[d, USED] += more
+    st.ii[d, ALLOCATED] += more
+    return True
+
+
+@kernel(inline=True)
 def grow(st, d):
-    """Give decoding rows the blocks their next token needs, preempting the latest (§3.2)."""
+    """Give decoding rows the blocks their next token needs, preempting the latest (§3.2): the
+    rows the last step listed when they all fit, else row by row over the running rows."""
     if st.cfg[C_KVP] != PAGED:
+        return
+    listed = grow_listed(st, d)
+    st.ii[d, GROW_GEN] = -1
+    if listed:
         return
     ri, run = st.ri, st.run  # locals: no reference counting per row
     unit = st.ii[d, UNIT]

@@ -16,6 +16,7 @@ import numpy as np
 from kvcargo import _jit
 from kvcargo.config import Resolved
 from kvcargo.cost import kv_capacity, model_coefficients, shape
+from kvcargo.engine import aot
 from kvcargo.engine import sched_state as S
 from kvcargo.engine.heap import ITEMS
 from kvcargo.engine.sched_gaps import per_request
@@ -51,7 +52,7 @@ def build(res: Resolved, xfer: Any) -> S.SchedState:
     c, w, model = res.config, res.workload, res.model
     check_model(res)
     n = len(w)
-    mi, mf = model_coefficients(model, c.lm_head)
+    mi, mf = (np.array(a) for a in model_coefficients(model, c.lm_head))  # writable, as the compiled loop's
     host = res.catalog.link(c.host_link or DEFAULT_HOST_LINK)
     budget = c.max_num_batched_tokens if c.max_num_batched_tokens is not None else c.token_budget
     paged = c.kv_policy == "paged"
@@ -59,7 +60,7 @@ def build(res: Resolved, xfer: Any) -> S.SchedState:
     unit = block if paged else 1
     npre = 0 if res.colocated else res.n_prefill
     m = npre + res.n_decode
-    rf = S.REQUEST_FLOATS.new(n)
+    rf = S.REQUEST_FLOATS.new(n, order="F")  # column by column: the record's columns are views
     rf[:, S.ARR] = w.arrival
     ri = _line_aligned(n, S.RI_WIDTH)
     ri[:, : S.REQUEST_INTS.width] = S.REQUEST_INTS.fresh
@@ -108,16 +109,27 @@ def build(res: Resolved, xfer: Any) -> S.SchedState:
     return S.SchedState(
         rf=rf, ri=ri, nxt=np.full(n, -1, dtype=np.int64), lq=S.LINK_QUEUE.new(1), ii=ii, fi=S.INSTANCE_FLOATS.new(m), run=np.zeros((m, rows), dtype=np.int64),
         snap=np.zeros((m, rows), dtype=np.int64), snapc=np.zeros((m, rows), dtype=np.int64),
+        grow=np.zeros((m, rows), dtype=np.int64),
         evt=np.zeros((1, events)), evi=ITEMS.new(1, events), g=g, gf=S.FLOAT_SCALARS.new(), cfg=cfg, cf=cf,
         hf=hf, mi=mi, mf=mf, roots=roots, logf=S.LOG_TIMES.new(log), logi=S.LOG_INTS.new(log),
         runi=S.RUNS.new(n + 4 * rows + 64), runf=np.zeros(n + 4 * rows + 64),
         spi=S.SPAN_INTS.new(4 * rows + 64), spf=S.SPAN_TIMES.new(4 * rows + 64))
 
 
+def plain_seconds(st: S.SchedState) -> float:
+    """About what the run takes as plain Python."""
+    return float(np.sum(st.ri[:, S.O])) * PLAIN_S_PER_TOKEN
+
+
 def simulate_arrays(st: S.SchedState) -> S.SchedState:
-    """Run the loop to the end (compiled when that pays); the final arrays."""
-    _jit.use_compiled(float(np.sum(st.ri[:, S.O])) * PLAIN_S_PER_TOKEN)
-    from kvcargo.engine.sched_loop import run_events  # bound compiled, if compiled
+    """Run the loop to the end (compiled when that pays: ahead of time if the module is built,
+    else just in time); the final arrays."""
+    plain_s = plain_seconds(st)
+    aot.prepare(plain_s, accumulate=False, unit_plain_s=1.0)
+    run_events = aot.scheduled_loop()
+    if run_events is None:  # also while the module is built in the background: numba's cache serves
+        _jit.use_compiled(plain_s)
+        from kvcargo.engine.sched_loop import run_events  # bound compiled, if compiled
 
     while (code := run_events(st)) != S.FINISHED:
         if code == S.STALLED:
@@ -162,13 +174,15 @@ def run_arrays(res: Resolved):  # type: ignore[no-untyped-def]
     """Simulate a configuration with the array engine; the same record as the SimPy one."""
     from kvcargo.engine.cluster import EngineOutput
 
-    xfer = None if res.colocated else _transfers(res)
+    xfer = transfers_of(res)
     st = simulate_arrays(build(res, xfer))
     n = len(st.ri)
     k, nr, ns = int(st.g[S.G_NSTEPS]), int(st.g[S.G_NRUNS]), int(st.g[S.G_NSPANS])
-    rf, ri = st.rf, st.ri
-    runi, runf = st.runi[:nr].copy(), st.runf[:nr].copy()
-    logf, logi = st.logf[:k].copy(), st.logi[:k].copy()
+    rf, ri, w = st.rf, st.ri, res.workload
+    # Views, not copies: the tables' rows past the count were never written (zeroed memory: no
+    # pages), and each of ``rf``'s columns is contiguous. Copies cost their pages and a pass.
+    runi, runf = st.runi[:nr], st.runf[:nr]
+    logf, logi = st.logf[:k], st.logi[:k]
     itl_values = itl_offsets = None
     if int(np.sum(np.maximum(ri[:, S.O] - 1, 0))) <= EXPANDED_GAPS_MAX:
         itl_values, itl_offsets = per_request(logf[:, S.LOG_END], logi[:, S.LOG_INST], res.n_decode, runi, runf, n)
@@ -176,28 +190,30 @@ def run_arrays(res: Resolved):  # type: ignore[no-untyped-def]
     spans = [(SPAN_NAMES[a], ROLES[b], int(i), int(r), float(s0), float(s1))
              for (a, b, i, r), (s0, s1) in zip(st.spi[:ns].tolist(), st.spf[:ns].tolist())]
     levers = lever_metrics(res, st)
-    zeros = np.zeros(n)
     colocated = res.colocated
 
-    def col(table: np.ndarray, c: int) -> np.ndarray:
-        return np.ascontiguousarray(table[:, c])
+    def col(c: int) -> np.ndarray:  # a compact copy: the integer table is freed
+        return np.ascontiguousarray(ri[:, c])
+
+    def const(value: float, dtype: type = np.float64) -> np.ndarray:  # a column this engine has not: one value
+        return np.broadcast_to(np.array(value, dtype=dtype), n)
 
     return EngineOutput(
-        resolved=res, arrival=col(rf, S.ARR), prompt=col(ri, S.P), output=col(ri, S.O),
-        prefill_start=col(rf, S.PS), first_token=col(rf, S.FIRST), kv_start=col(rf, S.KS),
-        kv_ready=col(rf, S.KR), decode_start=col(rf, S.DS), finish=col(rf, S.FIN),
-        status=col(ri, S.STATUS), prefill_inst=col(ri, S.PINST), decode_inst=col(ri, S.DINST),
-        first_step=np.full(n, -1, dtype=np.int64), stats=stats,
-        kv_held=np.zeros((res.n_prefill, 2)), send_fraction=np.ones(n), want_memory=np.full(n, np.nan),
-        reserved=np.full(n, np.nan), steps=logf, step_inst=logi,
+        resolved=res, arrival=rf[:, S.ARR], prompt=np.asarray(w.prompt, dtype=np.int64),
+        output=np.asarray(w.output, dtype=np.int64), prefill_start=rf[:, S.PS], first_token=rf[:, S.FIRST],
+        kv_start=rf[:, S.KS], kv_ready=rf[:, S.KR], decode_start=rf[:, S.DS], finish=rf[:, S.FIN],
+        status=col(S.STATUS), prefill_inst=col(S.PINST), decode_inst=col(S.DINST),
+        first_step=const(-1, np.int64), stats=stats,
+        kv_held=np.zeros((res.n_prefill, 2)), send_fraction=const(1.0), want_memory=const(np.nan),
+        reserved=const(np.nan), steps=logf, step_inst=logi,
         horizon=float(st.gf[S.F_NOW]), transfers=int(st.g[S.G_XFERS]),
         port_busy=np.array([st.gf[S.F_LINK_BUSY]]), port_channels=np.array([res.channels]),
         link_busy_s=float(st.gf[S.F_LINK_BUSY]), link_j=float(st.gf[S.F_LINK_J]),
         transit_j=float(st.gf[S.F_TRANSIT_J]),
-        transit_bound=np.zeros(n, dtype=bool) if colocated else xfer.transit_bound,
-        wire_bytes=zeros if colocated else xfer.wire_bytes,
-        lever_stats=np.zeros((len(st.ii), 5)), verify_passes=np.zeros(n, dtype=np.int64),
-        engine_stats=np.zeros((len(st.ii), 3)), prefill_done=np.full(n, np.nan),
+        transit_bound=const(False, np.bool_) if colocated else xfer.transit_bound,
+        wire_bytes=const(0.0) if colocated else xfer.wire_bytes,
+        lever_stats=np.zeros((len(st.ii), 5)), verify_passes=const(0, np.int64),
+        engine_stats=np.zeros((len(st.ii), 3)), prefill_done=const(np.nan),
         itl_values=itl_values, itl_offsets=itl_offsets, itl_runs=(runi, runf), levers=levers,
         swap_j=levers.get("swap_J", 0.0), spans=spans,
     )
@@ -210,8 +226,10 @@ def _line_aligned(rows: int, cols: int) -> np.ndarray:
     return buf[skip: skip + rows * cols].reshape(rows, cols)
 
 
-def _transfers(res: Resolved):  # type: ignore[no-untyped-def]
-    """The hand-offs' transfers: time on the link, energies, wire bytes (RS §4, §5)."""
+def transfers_of(res: Resolved):  # type: ignore[no-untyped-def]
+    """The hand-offs' transfers: time on the link, energies, wire bytes (RS §4, §5); None colocated."""
+    if res.colocated:
+        return None
     w = res.workload
     return transfers(res.link, res.compression, shape(res.model).handoff_bytes(np.asarray(w.prompt, dtype=np.int64)),
                      res.model.kv_bytes, np.asarray(w.prompt))

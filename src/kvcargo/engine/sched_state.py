@@ -36,20 +36,23 @@ NAN = float("nan")
 REQUEST_FLOATS = Table(np.float64, LAST=NAN, ARR=0, PS=NAN, FIRST=NAN, KS=NAN, KR=NAN, DS=NAN, FIN=NAN,
                        PREEMPTED_AT=NAN, THINK=0, XFER_T=0, XFER_J=0, TRANSIT_J=0, EP_OPS=0, EP_BYTES=0)
 # ``ri``: per-request integers (TOK: tokens out; LAST_STEP: the logged step of its last token,
-# -2 if that step was not logged; RUN: its current run of token gaps, -1 none). What every step
-# reads of a running row comes first: one cache line (rows are padded to RI_WIDTH columns, two
-# whole lines).
-REQUEST_INTS = Table(np.int64, P=0, O=0, T=0, DONE_TOK=0, ALLOC=0, TOK=0, LAST_STEP=-2, RUN=-1, BASE=0,
-                     SWAPPED_UNITS=0, HELD=0, STATUS=0, PINST=-1, DINST=-1, SUCC=-1)
+# -2 if that step was not logged; RUN: its current run of token gaps, -1 none; RUN_LEN: the tokens
+# of that run so far, written to the run's row when it ends). What every step reads and writes of
+# a running row comes first: one cache line (rows are padded to RI_WIDTH columns, two whole lines).
+REQUEST_INTS = Table(np.int64, P=0, O=0, T=0, DONE_TOK=0, ALLOC=0, TOK=0, LAST_STEP=-2, RUN_LEN=0, RUN=-1,
+                     BASE=0, SWAPPED_UNITS=0, HELD=0, STATUS=0, PINST=-1, DINST=-1, SUCC=-1)
 RI_WIDTH = 16
 # ``ii``: per-instance integers (N_PREFILLING: running rows still prefilling). CONTEXT, TOKENS,
 # ALLOCATED: over the running rows, kept as they change, Σ (p + tokens out) of the decoding rows,
-# Σ (done + tokens out − base) and Σ alloc (what a step prices and integrates).
+# Σ (done + tokens out − base) and Σ alloc (what a step prices and integrates). RUN_GEN counts the
+# changes to the running rows other than a step's tokens; GROW_GEN is its value when the last step
+# listed its N_GROW rows short of a block (``grow``; -1: no list).
 INSTANCE_INTS = Table(np.int64, ROLE=0, POOL=0, INDEX=0, CAP=0, UNIT=0, WMARK=0, MAX_ROWS=0, USED=0, Q_HEAD=-1,
                       Q_TAIL=-1, Q_LEN=0, Q_TOKENS=0, IB_HEAD=-1, IB_TAIL=-1, IB_LEN=0, IN_FLIGHT=0, L_HEAD=-1,
                       L_TAIL=-1, L_LEN=0, SW_HEAD=-1, SW_LEN=0, N_RUN=0, N_PREFILLING=0, STATE=0, STEP_KIND=0,
                       N_DEC=0, N_CHUNK=0, STEPS=0, COMPUTED=0, RECOMPUTED=0, PREEMPTIONS=0, SWAP_OUT=0, SWAP_IN=0,
-                      CUR_LOG=-1, PREV_LOG=-1, N_LOGGED=0, CONTEXT=0, TOKENS=0, ALLOCATED=0)
+                      CUR_LOG=-1, PREV_LOG=-1, N_LOGGED=0, CONTEXT=0, TOKENS=0, ALLOCATED=0, RUN_GEN=0,
+                      GROW_GEN=-1, N_GROW=0)
 # ``fi``: per-instance floats (accumulated in step order).
 INSTANCE_FLOATS = Table(np.float64, BUSY=0, FLOPS=0, NBYTES=0, E_C=0, E_M=0, RUN_INT=0, TOK_INT=0, ALLOC_INT=0,
                         SWAP_S=0, SWAP_J=0, DEBT=0)
@@ -97,6 +100,9 @@ class SchedState(NamedTuple):
     """Per instance: the step in flight's rows (decode rows, then prompt chunks) ..."""
     snapc: np.ndarray
     """... and the chunks' sizes."""
+    grow: np.ndarray
+    """Per instance: the decoding rows whose next token needs another block, as its last decode
+    step left them (paged KV; see GROW_GEN)."""
     evt: np.ndarray
     evi: np.ndarray
     """Pending events, one heap of :mod:`kvcargo.engine.heap`: time; priority and sequence as one
