@@ -321,11 +321,11 @@ SCHEDULED_SAMPLE = {"requests": 400, "batch_policy": "chunked", "kv_policy": "pa
 
 
 def _build() -> ModuleType | None:
-    """Compile the engine into the extension module (once; a minute on a cold numba cache); None
+    """Compile the engine into the extension module (once; a few minutes on a cold numba cache); None
     if numba cannot (no C compiler)."""
     global _building
     print("kvcargo: compiling the simulation engine with numba, once after installing or upgrading "
-          "(up to a minute)", file=sys.stderr, flush=True)
+          "(a few minutes)", file=sys.stderr, flush=True)
     from kvcargo.config import SimConfig, resolve
     from kvcargo.engine import cluster, sched_gaps, sched_run
     from kvcargo.metrics import summarize

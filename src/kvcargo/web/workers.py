@@ -29,9 +29,9 @@ from typing import Any
 
 from kvcargo.errors import KvcargoError
 
-START_TIMEOUT_S = 300.0
+START_TIMEOUT_S = 900.0
 """How long a new worker may take to start (the first start after installing compiles the
-engine: up to a minute)."""
+engine: a few minutes)."""
 WARM_UNITS = 100_000
 """Work a worker prepares the engine for at start (see kvcargo.engine.aot.prepare)."""
 SHUTTING_DOWN = "the server is shutting down"
