@@ -49,7 +49,7 @@ ENGINE_PLAIN_S = 250e-6
 the summary (default scenario, this project's 2-core machine)."""
 
 BUILD_PLAIN_S = 60.0
-"""Seconds of plain Python from which one job waits for the module to be built (about a minute
+"""Seconds of plain Python from which one job waits for the module to be built (a few minutes
 of CPU on a fresh install) rather than running plain while it is built in the background."""
 STALE_LOCK_S = 1800.0
 """A build lock older than this was left by a builder that died: building may start again."""
@@ -278,7 +278,7 @@ def _build_in_background() -> bool:
     os.write(fd, str(child.pid).encode())
     os.close(fd)
     print("kvcargo: building the compiled simulation engine in the background, once after installing or "
-          f"upgrading (about a minute; log: {lock.with_name('build.log')}); until then runs stay plain "
+          f"upgrading (a few minutes; log: {lock.with_name('build.log')}); until then runs stay plain "
           "Python",
           file=sys.stderr, flush=True)
     return True
@@ -298,7 +298,7 @@ def _wait_for_build() -> ModuleType | None:
     if not lock.exists():
         return None
     print("kvcargo: waiting for the compiled simulation engine being built in the background "
-          "(about a minute, once after installing or upgrading)", file=sys.stderr, flush=True)
+          "(a few minutes, once after installing or upgrading)", file=sys.stderr, flush=True)
     while lock.exists() and time.time() - lock.stat().st_mtime < STALE_LOCK_S:
         time.sleep(0.5)
     return _load()
