@@ -28,6 +28,7 @@ from kvcargo.stats import (
     PERCENTILES,
     ExactSum,
     Sample,
+    described,
     exact_mean,
     exact_weighted_mean,
     percentiles,
@@ -46,11 +47,7 @@ STAGE_OWNER = {"prefill_queue": "prefill", "prefill": "prefill", "kv_wait": "kv-
 def describe(values: np.ndarray, prefix: str) -> dict[str, float]:
     """mean, p50, p90, p99 and max of a sample, keyed ``{prefix}_mean`` etc."""
     x = np.asarray(values, dtype=np.float64)
-    out = {f"{prefix}_mean": exact_mean(x)}
-    for p, v in zip(PERCENTILES, percentiles(x, PERCENTILES)):
-        out[f"{prefix}_p{p}"] = v
-    out[f"{prefix}_max"] = float(x.max()) if len(x) else math.nan
-    return out
+    return described(prefix, exact_mean(x), percentiles(x, PERCENTILES), float(x.max()) if len(x) else math.nan)
 
 
 def describe_weighted(values: np.ndarray, weights: np.ndarray, prefix: str,
@@ -58,12 +55,9 @@ def describe_weighted(values: np.ndarray, weights: np.ndarray, prefix: str,
     """As :func:`describe` for a sample where ``values[i]`` occurs ``weights[i]`` times (the same
     figures as the expanded sample's, bit for bit). ``overwrite``: the arrays may be reordered."""
     n = int(weights.sum())
-    out = {f"{prefix}_mean": exact_weighted_mean(values, weights)}
-    top = float(values[weights > 0].max()) if n else math.nan
-    for p, v in zip(PERCENTILES, weighted_percentiles(values, weights, PERCENTILES, overwrite)):
-        out[f"{prefix}_p{p}"] = v
-    out[f"{prefix}_max"] = top
-    return out
+    mean = exact_weighted_mean(values, weights)
+    top = float(values[weights > 0].max()) if n else math.nan  # before the percentiles may reorder them
+    return described(prefix, mean, weighted_percentiles(values, weights, PERCENTILES, overwrite), top)
 
 
 # ------------------------------------------------------------------------------- the summary

@@ -467,8 +467,14 @@ class Sample:
 
     def describe(self, prefix: str) -> dict[str, float]:
         """:func:`kvcargo.metrics.describe`'s figures (``describe_weighted``'s when weighted)."""
-        out = {f"{prefix}_mean": self.mean()}
-        for p, v in zip(PERCENTILES, self.percentiles(PERCENTILES)):
-            out[f"{prefix}_p{p}"] = v
-        out[f"{prefix}_max"] = self.top if self.n else math.nan
-        return out
+        return described(prefix, self.mean(), self.percentiles(PERCENTILES), self.top if self.n else math.nan)
+
+
+def described(prefix: str, mean: float, pcts: list[float], top: float) -> dict[str, float]:
+    """A sample's summary figures keyed ``{prefix}_mean``, ``{prefix}_p50`` ... (one per
+    :data:`PERCENTILES`) and ``{prefix}_max``."""
+    out = {f"{prefix}_mean": mean}
+    for p, v in zip(PERCENTILES, pcts):
+        out[f"{prefix}_p{p}"] = v
+    out[f"{prefix}_max"] = top
+    return out
