@@ -21,6 +21,7 @@ from kvcargo.ced import replay_on_decode
 from kvcargo.cost import silicon_cost_usd
 from kvcargo.engine.cluster import EngineOutput
 from kvcargo.engine.state import DONE, REJECTED
+from kvcargo.engine.steplog import step_positions
 from kvcargo.families import family_levers
 from kvcargo.lever_metrics import lever_summary
 from kvcargo.optical import die_areas, static_w
@@ -139,15 +140,7 @@ def _token_gaps(ends, inst, n_inst, r_inst, r_first, r_output, r_first_token):
     """The step log (ends, instances, in time order) and the requests' first step ordinals →
     each request's first gap (weight 1), then every step's gap weighted by how many of the
     requests were in it after their first step."""
-    count = np.zeros(n_inst + 1, dtype=np.int64)  # steps per instance, then their offsets
-    for g in range(inst.shape[0]):
-        count[inst[g] + 1] += 1
-    start = np.cumsum(count)
-    index = np.empty(inst.shape[0], dtype=np.int32)  # (instance, ordinal) → log position (< 2^31)
-    filled = start[:n_inst].copy()
-    for g in range(inst.shape[0]):
-        index[filled[inst[g]]] = g
-        filled[inst[g]] += 1
+    index, start = step_positions(inst, n_inst)  # (instance, ordinal) → log position
     n_req = r_inst.shape[0]
     n_steps = inst.shape[0]
     values = np.empty(n_req + n_steps)

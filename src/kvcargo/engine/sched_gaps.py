@@ -12,23 +12,7 @@ import numpy as np
 
 from kvcargo._jit import kernel
 from kvcargo.engine.sched_state import RUN_INST, RUN_M, RUN_ORD, RUN_R
-
-
-@kernel
-def step_positions(log_inst, n_inst):
-    """The logged steps grouped by instance, each in log order (positions → log index), and
-    where each instance's group starts: a counting sort, two passes over the log."""
-    start = np.zeros(n_inst + 1, dtype=np.int64)
-    for g in range(log_inst.shape[0]):
-        start[log_inst[g] + 1] += 1
-    for i in range(n_inst):
-        start[i + 1] += start[i]
-    order = np.empty(log_inst.shape[0], dtype=np.int64)
-    fill = start[:n_inst].copy()
-    for g in range(log_inst.shape[0]):
-        order[fill[log_inst[g]]] = g
-        fill[log_inst[g]] += 1
-    return order, start
+from kvcargo.engine.steplog import step_positions
 
 
 @kernel
