@@ -196,3 +196,21 @@ def test_the_compiled_entry_takes_only_arguments_of_the_types_it_was_built_for()
     frozen.flags.writeable = False
     kept, copied = aot.writable((ids, frozen))  # type: ignore[arg-type]
     assert kept is ids and copied is not frozen and copied.flags.writeable and (copied == frozen).all()
+
+
+def test_the_command_leaves_at_once_with_its_output_whole(tmp_path: Path) -> None:
+    """``python -m kvcargo`` ends without the interpreter's tear-down: stdout, the files it wrote
+    and the exit handlers a library registered are all there; errors still exit 2."""
+    args = ["simulate", "--requests", "400", "--json", "--requests-csv"]
+    p = subprocess.run([sys.executable, "-m", "kvcargo", *args, str(tmp_path / "fast.csv")], capture_output=True,
+                       text=True, timeout=600, check=True)
+    ordinary, _ = loaded([*args, str(tmp_path / "ordinary.csv")], tmp_path)  # main() in an interpreter that tears down
+    assert p.stdout == ordinary and json.loads(p.stdout)["summary"]["completed"] == 400
+    assert (tmp_path / "fast.csv").read_bytes() == (tmp_path / "ordinary.csv").read_bytes()
+    handler = (f"import atexit, sys; atexit.register(lambda: open({str(tmp_path / 'bye')!r}, 'w').write('ran')); "
+               "sys.argv = ['kvcargo', 'handoff', '--json']; from kvcargo.cli import run; run()")
+    p = subprocess.run([sys.executable, "-c", handler], capture_output=True, text=True, timeout=600, check=True)
+    assert json.loads(p.stdout)["kv_bytes"] == 268_435_456 and (tmp_path / "bye").read_text() == "ran"
+    p = subprocess.run([sys.executable, "-m", "kvcargo", "simulate", "--model", "nope"], capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "nope" in p.stderr

@@ -1,5 +1,5 @@
 """``python -m kvcargo`` = the ``kvcargo`` command."""
 
-from kvcargo.cli import main
+from kvcargo.cli import run
 
-main()
+run()

@@ -5,9 +5,11 @@ Every command fails on bad input with one line on stderr and exit status 2.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
 import sys
+import threading
 from gettext import gettext as _
 from pathlib import Path
 
@@ -98,3 +100,26 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:  # the machine, not the input: a full disk, a file removed mid-run
         click.echo(f"kvcargo: error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""), err=True)
         sys.exit(1)
+
+
+def run() -> None:
+    """The console script and ``python -m kvcargo``: :func:`main`, then leave without tearing the
+    interpreter down.
+
+    Freeing every module and object at exit (numpy, pydantic, the engine, the run's arrays) cost
+    ~40 ms of a ~0.2 s default ``kvcargo simulate``. When the command succeeded and no other thread
+    is running, kvcargo flushes its output, runs the exit handlers that libraries registered and
+    ends the process at once; anything else (an error, a live thread, a platform without
+    CPython's exit-handler hook) exits the ordinary way. Files kvcargo writes are closed by then
+    (``with`` blocks), and its temporary files have no name on disk."""
+    main()
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
+    if run_exit_handlers is None or threading.active_count() > 1:
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:  # a closed pipe: let the ordinary exit report it as it would
+        return
+    run_exit_handlers()
+    os._exit(0)
