@@ -46,8 +46,12 @@ def source_digest() -> str:
     from kvcargo import cachefiles
 
     package = os.path.dirname(__file__)
-    names = sorted((os.path.relpath(os.path.join(root, f), package).split(os.sep)
-                    for root, _, files in os.walk(package) for f in files if f.endswith(COMPILED_SOURCES)))
+    names = []
+    for root, dirs, files in os.walk(package):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]  # bytecode: hundreds of files, none a source
+        folder = root[len(package) + 1:].split(os.sep) if root != package else []
+        names += [[*folder, f] for f in files if f.endswith(COMPILED_SOURCES)]
+    names.sort()
     paths = [os.path.join(package, *parts) for parts in names]
     return cachefiles.cached("source-digest", cachefiles.stamp(paths),
                              lambda: _hash_sources(["/".join(parts) for parts in names], paths))
@@ -152,13 +156,15 @@ def pays(plain_s: float) -> bool:
     return AVAILABLE and (MODE in ("1", "jit") or _plain_s_done + plain_s >= COMPILE_COST_S)
 
 
-def rebind(old: object, new: object) -> None:
-    """Bind ``new`` wherever a loaded kvcargo module binds ``old`` (compared by identity)."""
+def rebind(*pairs: tuple[object, object]) -> None:
+    """For each ``(old, new)``, bind ``new`` wherever a loaded kvcargo module binds ``old``
+    (compared by identity), in one pass over the modules."""
+    new_of = {id(old): new for old, new in pairs}  # the olds are alive in ``pairs``: ids are theirs
     for name, module in list(sys.modules.items()):
         if name == "kvcargo" or name.startswith("kvcargo."):
             for attr, value in list(vars(module).items()):
-                if value is old:
-                    setattr(module, attr, new)
+                if id(value) in new_of:
+                    setattr(module, attr, new_of[id(value)])
 
 
 def _own_copy(fn: Callable) -> types.FunctionType:
@@ -203,7 +209,7 @@ def compile_kernels(notice: bool = True) -> None:
         event.register("numba:compile", _compile_notice())
     for fn, inline in _plain:
         _dispatchers[id(fn)] = _dispatcher(fn, inline)
-        rebind(fn, _dispatchers[id(fn)])
+    rebind(*((fn, _dispatchers[id(fn)]) for fn, _ in _plain))
 
 
 @contextmanager
@@ -217,8 +223,7 @@ def dispatchers() -> Iterator[None]:
         yield
     finally:
         if not before:
-            for fn, _ in _plain:
-                rebind(_dispatchers.pop(id(fn)), fn)
+            rebind(*((_dispatchers.pop(id(fn)), fn) for fn, _ in _plain))
 
 
 def _compile_notice() -> Any:

@@ -25,15 +25,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kvcargo._jit import kernel
-from kvcargo.calibration_fit import Framework, framework, parse_constants
 from kvcargo.catalog import Device, Model
 from kvcargo.cost import HF_J_BYTE, HF_J_FLOP, HF_PDYN, LmHead, Pool
 from kvcargo.errors import KvcargoError
-from kvcargo.kernel_tables import KernelTables, load
+
+if TYPE_CHECKING:  # the measured tables and the fitted constants load when a calibrated run asks for
+    # them: every simulation imports this module for the engine's table lookups
+    from kvcargo.calibration_fit import Framework
+    from kvcargo.kernel_tables import KernelTables
 
 PER_OCTAVE = 8
 """Grid points per doubling of the tabulated axes."""
@@ -169,12 +173,16 @@ def check_supported(model: Model, pool: Pool) -> None:
 def calibrated_pool(model: Model, pool: Pool) -> CalibratedPool:
     """The measured costs of ``model`` on one instance of ``pool`` (tensor parallel over all its devices)."""
     check_supported(model, pool)
+    from kvcargo.kernel_tables import load
+
     return CalibratedPool(model, pool.device, pool.n, load(pool.device.key, pool.device.kernel_tables))
 
 
 def framework_of(pool: Pool) -> Framework:
     """The fitted framework constants of an instance: the device's own (a catalog overlay written
     by ``kvcargo calibrate``), else the built-in ones."""
+    from kvcargo.calibration_fit import framework, parse_constants
+
     own = parse_constants({pool.device.key: pool.device.framework}) if pool.device.framework else None
     return framework(pool.device.key, pool.n, own)
 

@@ -117,11 +117,10 @@ def _use(module: ModuleType) -> None:
         return _jit.current(plain_loop)(st, pr)
 
     _runner = run_events
-    _jit.rebind(plain_loop, run_events)
     _sched_runner = _checked(getattr(module, SCHED_ENTRY), types[SCHED_ENTRY], _scheduled_fallback, spread=True)
-    for mod, name in HELPERS:
-        plain = getattr(importlib.import_module(mod), name)
-        _jit.rebind(plain, _checked(getattr(module, name), types[name], plain))
+    helpers = [(getattr(importlib.import_module(mod), name), name) for mod, name in HELPERS]
+    _jit.rebind((plain_loop, run_events),
+                *((plain, _checked(getattr(module, name), types[name], plain)) for plain, name in helpers))
 
 
 def _checked(export: Callable[..., Any], expected: Spec, fallback: Callable[..., Any],
