@@ -29,7 +29,7 @@ from kvcargo.linkmodel import link_transfers
 from kvcargo.params import HandoffConfig, layer_groups_error, transit_option_error
 from kvcargo.stepcost import ATTENTION, step_class
 from kvcargo.stepcost import prefill_step as class_prefill_step
-from kvcargo.transfer import Compression, SendMode, Transfers, endpoint_work
+from kvcargo.transfer import Compression, SendMode, Transfers, endpoint_work, parts_per_handoff
 
 if TYPE_CHECKING:  # the calculator's path does not import the simulator's configuration
     from kvcargo.levers import PoolLevers
@@ -172,7 +172,7 @@ def calculate(model: Model, prompt: int, link: Link, pool: Pool, compression: Co
     s = shape(model)
     draft_kv = shape(draft).kv_per_token if draft is not None else 0
     kv = s.handoff_bytes(prompt) + prompt * draft_kv
-    slices = (groups or model.layers) if send == "layerwise" else 1
+    slices = parts_per_handoff(send, groups, model.layers)
     x = link_transfers(link_model, link, compression, float(kv), model.kv_bytes, prompt, slices)
     wire = float(x.wire_bytes)
     prefill_s, encode_s = prefill_time(model, pool, 1, prompt, cost_model=cost_model, lm_head=lm_head,

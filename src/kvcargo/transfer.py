@@ -32,6 +32,12 @@ TRANSIT_LATENCY_S = 1e-6
 """Latency the in-transit stage adds to every transfer."""
 
 
+def parts_per_handoff(send: SendMode, layer_groups: int | None, layers: int) -> int:
+    """Messages one hand-off is sent as: one whole, or one per layer group (every layer unless
+    ``--layer-groups`` groups them) when streamed layer by layer."""
+    return (layer_groups or layers) if send == "layerwise" else 1
+
+
 @dataclass(frozen=True)
 class Compression:
     """A compression stage on the hand-off: a codec and where it runs.

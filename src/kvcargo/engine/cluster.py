@@ -27,7 +27,7 @@ from kvcargo.engine.steplog import CHUNK_STEPS, FoldedSteps, StepFold
 from kvcargo.families import prefill_resident_bytes
 from kvcargo.linkmodel import effective, link_transfers
 from kvcargo.serving import uses_scheduled_engine
-from kvcargo.transfer import Transfers, endpoint_work
+from kvcargo.transfer import Transfers, endpoint_work, parts_per_handoff
 from kvcargo.workload.stream import BLOCK_TOKENS
 
 
@@ -217,7 +217,7 @@ def build_params(res: Resolved, zeros: Callable[..., np.ndarray] | None = None,
     ints[S.P_MAXBATCH] = c.max_batch
     ints[S.P_KVCAP] = res.kv_capacity
     ints[S.P_ENDPOINT] = int(endpoint)
-    ints[S.P_GROUPS] = (c.layer_groups or res.model.layers) if c.send == "layerwise" else 1
+    ints[S.P_GROUPS] = parts_per_handoff(c.send, c.layer_groups, res.model.layers)
     ints[S.P_TOPOLOGY] = {"shared": S.SHARED, "nic": S.NIC, "nvlink-domain": S.DOMAIN}[c.topology]
     ints[S.P_FAIR] = int(c.link_sharing == "fair")
     ints[S.P_RESERVE] = int(pull)
@@ -271,7 +271,7 @@ def request_rows(res: Resolved, rf: np.ndarray, rx: np.ndarray, ri: np.ndarray, 
     kv_bytes = shape(res.model).handoff_bytes(prompt)
     if res.levers.draft is not None:  # the draft's prompt KV crosses as well
         kv_bytes = kv_bytes + prompt * res.levers.draft.kv_per_token
-    groups = (c.layer_groups or res.model.layers) if c.send == "layerwise" else 1
+    groups = parts_per_handoff(c.send, c.layer_groups, res.model.layers)
     rows, xrows = rf[lo:hi], rx[lo:hi] if len(rx) == len(rf) else rx
     rows[:, S.ARRIVAL_T] = w.arrival[lo:hi]
     endpoint = dec_cost = False

@@ -112,12 +112,12 @@ def run_windowed(res: Resolved, chunk: int = CHUNK, held_bytes: int = HELD_BYTES
     loop = event_loop()
     while True:
         code = loop(st, params)
-        if code == S.LOG_FULL or code == S.EVENTS_FULL:
-            if code == S.LOG_FULL:
-                gaps.stop(st)
-                st.i[S.I_NSTEPS] = 0
-            else:
-                st = grown(st, code)
+        if code == S.LOG_FULL:
+            gaps.stop(st)
+            st.i[S.I_NSTEPS] = 0
+            continue
+        if code == S.EVENTS_FULL:
+            st = grown(st, code)
             continue
         k = int(st.i[S.I_NSTEPS])
         gaps.take(st.logf[:k], st.logi[:k])
