@@ -40,8 +40,8 @@ SCHED_ENTRY = "run_scheduled"
 """The serving levers' event loop (:mod:`kvcargo.engine.sched_loop`) over a scheduled state's arrays."""
 HELPERS = (("kvcargo.workload.draws", "draw_requests"), ("kvcargo.metrics", "_token_gaps"),
            ("kvcargo.stats", "_weighted_limbs"), ("kvcargo.stats", "_limb_sum"),
-           ("kvcargo.stats", "_weighted_select"), ("kvcargo.engine.steplog", "step_positions"),
-           ("kvcargo.engine.sched_gaps", "_per_request"), ("kvcargo.engine.sched_gaps", "_weighted"))
+           ("kvcargo.stats", "_weighted_select"), ("kvcargo.engine.sched_gaps", "per_request"),
+           ("kvcargo.engine.sched_gaps", "_weighted"))
 """Kernels called from Python besides the event loops, exported under their own names: with
 them, a run through the module calls no other kernel from Python, so it never imports numba."""
 ENGINE_PLAIN_S = 250e-6

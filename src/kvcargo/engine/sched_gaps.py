@@ -16,8 +16,9 @@ from kvcargo.engine.steplog import step_positions
 
 
 @kernel
-def _per_request(ends, order, start, runi, runf, n_req):
-    """Every request's gaps in token order, flat, with offsets."""
+def per_request(ends, log_inst, n_inst, runi, runf, n_req):
+    """Every request's token gaps in token order, flat, and each request's offsets into them."""
+    order, start = step_positions(log_inst, n_inst)
     count = np.zeros(n_req + 1, dtype=np.int64)
     for k in range(runi.shape[0]):
         extra = 0 if np.isnan(runf[k]) else 1
@@ -38,9 +39,10 @@ def _per_request(ends, order, start, runi, runf, n_req):
 
 
 @kernel
-def _weighted(ends, order, start, runi, runf, selected):
+def _weighted(ends, log_inst, n_inst, runi, runf, selected):
     """The gaps of the selected requests as (values, multiplicities): each run's own gap, then
     every logged step's gap weighted by the selected runs that continue through it."""
+    order, start = step_positions(log_inst, n_inst)
     n_steps = order.shape[0]
     n_runs = runi.shape[0]
     values = np.empty(n_runs + n_steps)
@@ -71,17 +73,9 @@ def _weighted(ends, order, start, runi, runf, selected):
     return values, weights
 
 
-def per_request(ends: np.ndarray, log_inst: np.ndarray, n_inst: int, runi: np.ndarray, runf: np.ndarray,
-                n_req: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every request's token gaps, flat, and each request's offsets into them."""
-    order, start = step_positions(log_inst, n_inst)
-    return _per_request(ends, order, start, runi, runf, n_req)
-
-
 def weighted(ends: np.ndarray, log_inst: np.ndarray, n_inst: int, runi: np.ndarray, runf: np.ndarray,
              requests: np.ndarray, n_req: int) -> tuple[np.ndarray, np.ndarray]:
     """The token gaps of ``requests`` as (values, multiplicities)."""
-    order, start = step_positions(log_inst, n_inst)
     selected = np.zeros(n_req, dtype=np.bool_)
     selected[requests] = True
-    return _weighted(ends, order, start, runi, runf, selected)
+    return _weighted(ends, log_inst, n_inst, runi, runf, selected)
