@@ -63,6 +63,28 @@ def test_the_engine_compiled_ahead_of_time_serves_later_processes_without_numba(
     jitted, mods = loaded(flags, tmp_path, jit="jit")
     assert mods == {"numba": True, "engine": True, "aot": False}
     assert forced == later == plain == jitted
+    # every export takes the arguments each engine and summary passes it (none falls back to plain Python)
+    runs = [["simulate", "--requests", "300", *extra] for extra in (
+        ["--json"], ["--summary-only"], ["--batch-policy", "chunked", "--kv-policy", "paged", "--json"],
+        ["--batch-policy", "chunked", "--kv-policy", "paged", "--summary-only"])]
+    env = {**os.environ, "KVCARGO_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("KVCARGO_JIT", None)
+    p = subprocess.run([sys.executable, "-c", FITS_PROBE.format(runs=runs)], capture_output=True, text=True, env=env,
+                       timeout=600, check=True)
+    assert p.stderr.strip().splitlines()[-1] == "[]"
+
+
+FITS_PROBE = """
+import io, sys, contextlib
+from kvcargo.engine import aot
+misses, fits = [], aot.fits
+aot.fits = lambda args, spec: fits(args, spec) or misses.append(str(spec)) or False
+from kvcargo.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    for args in {runs!r}:
+        main(args)
+print(aot.in_use() and misses, file=sys.stderr)
+"""
 
 
 WATCHED = ("numpy", "numpy.random", "pydantic", "pydantic.plugin._loader", "kvcargo.config", "kvcargo.cli.simulate")
