@@ -77,7 +77,8 @@ def test_engine_lookup_matches_direct_kernel_sum() -> None:
     tokens (m = 2,048 → 2,049: +6% at TP4), between grid points: there within 4%."""
     cat = catalog.builtin()
     model = cat.model("llama2-70b")
-    shapes = [(1, p) for p in range(2048, 8193, 64)] + [(2, 1025), (3, 777), (3, 1800), (8, 512), (4, 2048), (8, 1024)]
+    shapes = [(1, p) for p in range(2048, 8193, 64)]
+    shapes += [(2, 1025), (3, 777), (3, 1800), (8, 512), (4, 2048), (8, 1024)]
     for dev, tp in ((d, t) for d in ("h100", "a100") for t in (2, 4, 8)):
         cp = calibrated_pool(model, Pool(cat.device(dev), tp))
         fw = framework(dev, tp)
@@ -96,9 +97,10 @@ def test_engine_lookup_matches_direct_kernel_sum() -> None:
         b = np.array([float(batch)])
         m = b * prompt
         compute = (cp.layer_compute_s(m) + cp.logits_s(m) + cp.context_s(b, np.array([float(prompt)])))[0]
-        direct = fw.prefill_s(KernelTime(compute, cp.layer_reduce_s(m)[0], compute * past_knee(m[0]) * 1.0), 80)
-        assert step("llama2-70b", "h100", 4, "prefill", batch, prompt, "calibrated")["time_s"] == pytest.approx(
-            direct, rel=0.015)
+        past = compute * past_knee(m[0]) * tp_factor(4)
+        direct = fw.prefill_s(KernelTime(compute, cp.layer_reduce_s(m)[0], past), model.layers)
+        got = step("llama2-70b", "h100", 4, "prefill", batch, prompt, "calibrated")["time_s"]
+        assert got == pytest.approx(direct, rel=0.015)
     for batch, ctx in ((1, 10), (16, 2048), (200, 900)):
         b = np.array([float(batch)])
         compute = (cp.layer_compute_s(b) + cp.logits_s(b) + cp.generation_s(b, np.array([ctx + 1.0])))[0]
@@ -152,7 +154,8 @@ def test_prefill_is_host_bound_then_gpu_bound() -> None:
     parts = long["parts_s"]
     assert long["time_s"] > floor
     compute = parts["layers"] + parts["attention"] + parts["logits"]
-    gpu = (fw.prefill_scale + parts["framework_large_step_scale"] * 0.5) * compute + fw.comm_scale * parts["all_reduce"]
+    large = parts["framework_large_step_scale"] * past_knee(4 * 1024)  # half the step's tokens are past the knee
+    gpu = (fw.prefill_scale + large) * compute + fw.comm_scale * parts["all_reduce"]
     assert parts["framework_large_step_scale"] == 2 * fw.large_step  # log2(8 / 2) = 2
     assert long["time_s"] == pytest.approx(gpu, rel=0.015)
 

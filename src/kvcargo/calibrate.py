@@ -97,8 +97,8 @@ def _large_step_reports(rows: list, table: dict, catalog_files: tuple[str, ...])
             out.append(FitReport(f"{dev}: large_step {large:.3g} (fitted to the prefill steps past "
                                  f"{KNEE_TOKENS:,.0f} tokens at TP > 2)", len(past), *_stats(errs)))
         else:
-            out.append(FitReport(f"{dev}: large_step 0 (no prefill step past {KNEE_TOKENS:,.0f} tokens at TP > 2 "
-                                 "to fit it)", 0, float("nan"), float("nan")))
+            out.append(FitReport(f"{dev}: large_step 0 (no prefill step past {KNEE_TOKENS:,.0f} tokens "
+                                 "at TP > 2 to fit it)", 0, float("nan"), float("nan")))
     return out
 
 

@@ -323,8 +323,8 @@ def fit_prefill(compute: np.ndarray, comm: np.ndarray, layers: np.ndarray, measu
 
 def fit(rows: list[StepRow], catalog_files: tuple[str, ...] = ()) -> dict[tuple[str, int], Framework]:
     """Fitted constants per (device, TP) from measured steps (module doc): the prefill scales, host
-    time and large-step factor per device, shared by all its TP degrees; then the decode overhead per TP degree with
-    the device's all-reduce scale. A TP degree measured in one phase only takes the other phase's
+    time and large-step factor per device, shared by all its TP degrees; then the decode overhead
+    per TP degree with the device's all-reduce scale. A TP degree measured in one phase only takes the other phase's
     constants as :func:`framework` would give them (shared, or interpolated between the measured
     degrees), not neutral ones, which would drag the interpolation to other degrees; a device
     without prefill rows keeps scales of 1, one without decode rows no overhead."""

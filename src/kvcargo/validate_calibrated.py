@@ -156,9 +156,9 @@ def splitwise_rows(root: Path | None) -> list:
             score("device", [r for r in llama if r.device == dev and r.batch >= 8 and r.phase == "prefill"],
                   {key: replace(f, large_step=large) for key, f in own.items()})
         for tp in (2, 4, 8):
-            def held_tp(r) -> bool:  # type: ignore[no-untyped-def]
-                return r.tp == tp and r.batch >= 8 and r.phase == "prefill"
-            score("tp", [r for r in llama if held_tp(r)], fit([r for r in llama if not held_tp(r)], files))
+            held = [r.tp == tp and r.batch >= 8 and r.phase == "prefill" for r in llama]
+            train = [r for r, h in zip(llama, held) if not h]
+            score("tp", [r for r, h in zip(llama, held) if h], fit(train, files))
         out = _bloom_rows(bloom, full, files, src)
     labels = {
         "in": ("fit rows, in-sample", "every Llama-2-70B row fits the constants"),

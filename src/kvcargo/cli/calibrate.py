@@ -33,8 +33,9 @@ def command(steps: str | None, send_recv: str | None, link: str | None, within_n
             import_system: str | None, device: str | None, tables: str | None, data_root: str | None,
             out: str | None, catalog: tuple[str, ...], as_json: bool) -> None:
     """Fit the framework constants (prefill kernel and all-reduce scales, host floor and large-step
-    factor per device, decode overhead per TP degree) and link efficiency to your measurements, or import another system's kernel tables from aiconfigurator-core; write a
-    catalog TOML overlay for --catalog and report the fit error."""
+    factor per device, decode overhead per TP degree) and link efficiency to your measurements, or
+    import another system's kernel tables from aiconfigurator-core; write a catalog TOML overlay
+    for --catalog and report the fit error."""
     from kvcargo.calibrate import calibrate
 
     text, reports = calibrate(steps, send_recv, link, within_node, catalog, import_system, device, tables,
