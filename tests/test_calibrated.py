@@ -18,12 +18,32 @@ import pytest
 
 from kvcargo import SimConfig, catalog, simulate
 from kvcargo.calibrate import calibrate
-from kvcargo.calibrated import CS_DECODE_OVERHEAD, CalibratedPool, calibrated_pool, pj_scale, tabulate
+from kvcargo.calibrated import (
+    CS_DECODE_OVERHEAD,
+    CS_LARGE_STEP,
+    CS_PREFILL_SCALE,
+    KNEE_TOKENS,
+    N_GRID,
+    N_SCALARS,
+    N_TABLES,
+    T_TOKENS,
+    CalibratedPool,
+    calibrated_pool,
+    calibrated_step,
+    grid,
+    past_knee,
+    pj_scale,
+    tabulate,
+    tp_factor,
+)
 from kvcargo.calibration_fit import (
+    Framework,
     KernelTime,
+    StepRow,
     builtin_constants,
     fit,
     framework,
+    kernel_time,
     parse_constants,
     read_splitwise,
     read_steps,
@@ -51,16 +71,34 @@ def _one_request(prompt: int, output: int) -> Workload:
 
 def test_engine_lookup_matches_direct_kernel_sum() -> None:
     """The tabulated lookup the engine uses stays within 1.5% of summing the measured kernels (8 grid
-    points per doubling; the all-reduce curve bends between 4 and 16 MiB)."""
+    points per doubling; the all-reduce curve bends between 4 and 16 MiB), the large-step term
+    included (its kink at the knee is computed, not tabulated): 2,048–8,192 tokens per step at TP
+    2, 4 and 8. Except on the H100 up to 4,353 tokens, whose measured GEMMs step up every 256
+    tokens (m = 2,048 → 2,049: +6% at TP4), between grid points: there within 4%."""
     cat = catalog.builtin()
-    model, pool = cat.model("llama2-70b"), Pool(cat.device("h100"), 4)
-    cp = calibrated_pool(model, pool)
+    model = cat.model("llama2-70b")
+    shapes = [(1, p) for p in range(2048, 8193, 64)]
+    shapes += [(2, 1025), (3, 777), (3, 1800), (8, 512), (4, 2048), (8, 1024)]
+    for dev, tp in ((d, t) for d in ("h100", "a100") for t in (2, 4, 8)):
+        cp = calibrated_pool(model, Pool(cat.device(dev), tp))
+        fw = framework(dev, tp)
+        for batch, prompt in shapes:
+            b = np.array([float(batch)])
+            m = b * prompt
+            compute = (cp.layer_compute_s(m) + cp.logits_s(m) + cp.context_s(b, np.array([float(prompt)])))[0]
+            past = compute * past_knee(float(m[0])) * tp_factor(tp)
+            direct = fw.prefill_s(KernelTime(compute, cp.layer_reduce_s(m)[0], past), model.layers)
+            got = step("llama2-70b", dev, tp, "prefill", batch, prompt, "calibrated")["time_s"]
+            tol = 0.04 if dev == "h100" and m[0] <= 4353 else 0.015
+            assert got == pytest.approx(direct, rel=tol), (dev, tp, batch, prompt)
+    cp = calibrated_pool(model, Pool(cat.device("h100"), 4))
     fw = framework("h100", 4)
     for batch, prompt in ((1, 100), (3, 777), (8, 2048), (1, 30000)):
         b = np.array([float(batch)])
         m = b * prompt
         compute = (cp.layer_compute_s(m) + cp.logits_s(m) + cp.context_s(b, np.array([float(prompt)])))[0]
-        direct = fw.prefill_s(KernelTime(compute, cp.layer_reduce_s(m)[0]), model.layers)
+        past = compute * past_knee(m[0]) * tp_factor(4)
+        direct = fw.prefill_s(KernelTime(compute, cp.layer_reduce_s(m)[0], past), model.layers)
         got = step("llama2-70b", "h100", 4, "prefill", batch, prompt, "calibrated")["time_s"]
         assert got == pytest.approx(direct, rel=0.015)
     for batch, ctx in ((1, 10), (16, 2048), (200, 900)):
@@ -115,8 +153,106 @@ def test_prefill_is_host_bound_then_gpu_bound() -> None:
     long = step("llama2-70b", "h100", 8, "prefill", 4, 1024, "calibrated", "last")
     parts = long["parts_s"]
     assert long["time_s"] > floor
-    gpu = fw.prefill_scale * (parts["layers"] + parts["attention"] + parts["logits"]) + fw.comm_scale * parts["all_reduce"]
+    compute = parts["layers"] + parts["attention"] + parts["logits"]
+    large = parts["framework_large_step_scale"] * past_knee(4 * 1024)  # half the step's tokens are past the knee
+    gpu = (fw.prefill_scale + large) * compute + fw.comm_scale * parts["all_reduce"]
+    assert parts["framework_large_step_scale"] == 2 * fw.large_step  # log2(8 / 2) = 2
     assert long["time_s"] == pytest.approx(gpu, rel=0.015)
+
+
+def _without_large_step(device: str) -> Pool:
+    """An H100 whose framework constants are the built-in ones at TP 1–8 with ``large_step`` 0."""
+    dev = catalog.builtin().device(device)
+    fields = {f"tp{tp}": {**vars(framework(device, tp)), "large_step": 0.0} for tp in (1, 2, 4, 8)}
+    return dev.model_copy(update={"framework": fields})
+
+
+def test_large_step_term_is_zero_at_tp_2_and_below_the_knee() -> None:
+    """At TP ≤ 2 (log2(TP/2) ≤ 0), and at any TP for steps of at most 2,048 prompt tokens, a prefill
+    costs exactly what it costs without the term; past the knee at TP 4 and 8 it costs more."""
+    from kvcargo.steps import step_cost
+
+    model = catalog.builtin().model("llama2-70b")
+    plain = _without_large_step("h100")
+    assert builtin_constants()[("h100", 8)].large_step > 0 and tp_factor(1) == tp_factor(2) == 0.0
+
+    def t(device: object, tp: int, batch: int, prompt: int) -> float:
+        return step_cost(model, Pool(device, tp), "prefill", batch, prompt, "calibrated")["time_s"]  # type: ignore[arg-type]
+
+    h100 = catalog.builtin().device("h100")
+    for tp in (1, 2):
+        for batch, prompt in ((1, 4096), (8, 512), (1, 30000)):
+            assert t(h100, tp, batch, prompt) == t(plain, tp, batch, prompt)
+    for tp in (4, 8):
+        for batch, prompt in ((1, 2048), (4, 512), (2, 1024), (1, 100)):
+            assert t(h100, tp, batch, prompt) == t(plain, tp, batch, prompt)
+        assert t(h100, tp, 1, 2049) > t(plain, tp, 1, 2049)
+
+
+def test_large_step_term_is_linear_in_the_tokens_past_the_knee() -> None:
+    """With compute kernels of exactly a seconds per token (and nothing else), a prefill of m tokens
+    costs scale·a·m + large·a·max(0, m − 2,048): the term adds a·large per token past the knee."""
+    a, scale, large = 2e-5, 1.3, 0.8
+    ct = np.full((N_TABLES, N_GRID, N_GRID), np.log(1e-300))
+    ct[T_TOKENS] = np.log(a * grid())[:, None]
+    cs = np.zeros(N_SCALARS)
+    cs[CS_PREFILL_SCALE], cs[CS_LARGE_STEP] = scale, large
+    hf = Pool(catalog.builtin().device("h100")).coefficients()
+    for m in (512.0, 2048.0, 2049.0, 3000.0, 4096.0, 8192.0, 100000.0):
+        t, _, _ = calibrated_step(ct, cs, hf, True, m, 1.0, m * (m + 1), 0.0, 0.0, 0.0)
+        assert t == pytest.approx(scale * a * m + large * a * max(0.0, m - KNEE_TOKENS), rel=1e-9)
+
+
+def test_fit_recovers_a_known_large_step(tmp_path: Path) -> None:
+    """Step times made by the model itself (scale 1.3, all-reduces 2×, host 0.6 ms per layer,
+    large_step 0.8) at TP 2/4/8 with steps on both sides of the knee: the fit finds them again,
+    and the overlay it writes carries large_step."""
+    truth = Framework(prefill_scale=1.3, prefill_host_s_per_layer=0.0006, comm_scale=2.0, large_step=0.8)
+    lines = [STEPS.strip()]
+    for tp in (2, 4, 8):
+        for batch, prompt in ((1, 64), (1, 512), (1, 1024), (2, 1024), (4, 1024), (1, 3000), (8, 512), (2, 4096)):
+            row = StepRow("llama2-70b", "h100", tp, "prefill", batch, float(prompt), 1.0)
+            lines.append(f"llama2-70b,h100,{tp},prefill,{batch},{prompt},{truth.prefill_s(kernel_time(row), 80)!r}")
+    text, reports = calibrate(steps=str(_write(tmp_path, "\n".join(lines) + "\n", "steps.csv")))
+    f = parse_constants({"h100": catalog.load([str(_write(tmp_path, text))]).device("h100").framework})[("h100", 8)]
+    assert f.large_step == pytest.approx(0.8, rel=5e-3)
+    assert f.prefill_scale == pytest.approx(1.3, rel=5e-3)
+    assert f.comm_scale == pytest.approx(2.0, rel=0.02)
+    assert f.prefill_host_s_per_layer == pytest.approx(0.0006, rel=1e-2)
+    assert [(r.what, r.rows) for r in reports if "large_step" in r.what] == [
+        (f"h100: large_step {f.large_step:.3g} (fitted to the prefill steps past 2,048 tokens at TP > 2)", 8)]
+
+
+@pytest.mark.parametrize("rows", [
+    # past the knee only at TP 2, where the term is 0 by its form
+    [(2, 1, 4096, 0.3), (2, 1, 1024, 0.08), (2, 1, 256, 0.05)],
+    # TP 8, but no step past the knee (2,048 tokens is not past it)
+    [(8, 1, 2048, 0.15), (8, 1, 1024, 0.08), (8, 4, 512, 0.15), (8, 1, 128, 0.05)],
+])
+def test_calibrate_sets_large_step_to_0_without_steps_past_the_knee(tmp_path: Path, rows: list) -> None:
+    """A user's engine need not jump past 2,048 tokens: without a prefill step past the knee at
+    TP > 2 there is nothing to fit, so large_step is 0 and the report says so."""
+    body = "".join(f"llama2-70b,h100,{tp},prefill,{b},{p},{t}\n" for tp, b, p, t in rows)
+    text, reports = calibrate(steps=str(_write(tmp_path, STEPS + body, "steps.csv")))
+    fw = catalog.load([str(_write(tmp_path, text))]).device("h100").framework
+    assert {tp: f["large_step"] for tp, f in fw.items()} == {f"tp{rows[0][0]}": 0.0}
+    assert [r.what for r in reports if "large_step" in r.what] == [
+        "h100: large_step 0 (no prefill step past 2,048 tokens at TP > 2 to fit it)"]
+
+
+def test_overlays_without_large_step_load_as_0(tmp_path: Path) -> None:
+    """An overlay written before the term existed has no large_step: it loads, as 0 (the step of
+    4,096 tokens at TP 8 then costs what the built-in constants without the term give)."""
+    fields = {k: v for k, v in vars(builtin_constants()[("h100", 8)]).items() if k != "large_step"}
+    old = H100_ENTRY + "framework = { tp8 = { " + ", ".join(f"{k} = {v!r}" for k, v in fields.items()) + " } }\n"
+    path = _write(tmp_path, old, "old.toml")
+    assert parse_constants({"h100": catalog.load([str(path)]).device("h100").framework})[("h100", 8)].large_step == 0.0
+    base = builtin_constants()[("h100", 8)]
+    got = step("llama2-70b", "h100", 8, "prefill", 8, 512, "calibrated", catalog=(str(path),))["time_s"]
+    row = StepRow("llama2-70b", "h100", 8, "prefill", 8, 512.0, 1.0)
+    k = kernel_time(row)
+    assert got == pytest.approx(Framework(**fields).prefill_s(k, 80), rel=0.015)
+    assert got < base.prefill_s(k, 80) / 1.1
 
 
 def test_all_reduce_sizes_are_bf16_values() -> None:
@@ -243,6 +379,10 @@ def test_splitwise_meets_the_targets_in_and_out_of_sample() -> None:
             or ("BLOOM" in r.what and "prompt" in r.what)]
     assert len(held) == 3 * 2 * 3 + 1
     assert all(r.status == "ok" for r in held), [r.what for r in held if r.status != "ok"]
+    # the large-step term carried to the other device and to a held-out TP degree (prompt times only)
+    carried = [r for r in rows if "of the other device" in r.what or "one TP degree's batch 8" in r.what]
+    assert len(carried) == 6 and all("prompt time" in r.what for r in carried)
+    assert all(r.status == "ok" for r in carried), [(r.what, r.kvcargo) for r in carried if r.status != "ok"]
 
 
 @needs_data
@@ -279,11 +419,14 @@ def test_calibrate_from_per_request_times_recovers_the_constants(tmp_path: Path)
     assert f.prefill_host_s_per_layer == pytest.approx(0.0005, rel=1e-2)
     assert f.comm_scale == pytest.approx(2.0, rel=0.05)
     assert f.decode_overhead_s == pytest.approx(0.002, rel=1e-2)
-    assert all(r.median < 0.01 for r in reports)
+    assert f.large_step == 0.0  # TP 2: the 3,000-token prompt is past the knee, but the term is 0 there
+    assert all(r.median < 0.01 for r in reports if r.rows)
+    assert [r.what for r in reports if not r.rows] == [
+        "h100: large_step 0 (no prefill step past 2,048 tokens at TP > 2 to fit it)"]
 
 
-def _write(tmp_path: Path, text: str) -> Path:
-    out = tmp_path / "overlay.toml"
+def _write(tmp_path: Path, text: str, name: str = "overlay.toml") -> Path:
+    out = tmp_path / name
     out.write_text(text)
     return out
 
@@ -394,6 +537,7 @@ H100_ENTRY = ('[devices."h100"]\nname = "H100"\npeak_flops = 989e12\nhbm_bw = 3.
     ("framework = { tp2 = { prefill_scale = -1.0 } }", "prefill_scale must be a finite number > 0 (a slowdown factor)"),
     ("framework = { tp2 = { comm_scale = 0.0 } }", "comm_scale must be a finite number > 0"),
     ("framework = { tp2 = { decode_overhead_s = nan } }", "decode_overhead_s must be a finite number >= 0 (seconds)"),
+    ("framework = { tp2 = { large_step = -0.5 } }", "large_step must be a finite number >= 0 (a factor)"),
     ("framework = { tp0 = { prefill_scale = 1.0 } }", "expected a table named tpN (N >= 1)"),
     ('kernel_tables = "JUNK"', "is not a .npz of arrays"),
     ('kernel_tables = "NPZ"', "lacks gemm_m, gemm_n"),
@@ -435,6 +579,7 @@ def test_step_text_shows_scales_as_factors(capsys: pytest.CaptureFixture[str]) -
     lines = {ln.split("  ")[0]: ln.split()[-1] for ln in capsys.readouterr().out.splitlines()[1:]}
     assert lines["framework comm scale"] == f"{framework('h100', 1).comm_scale:.4g}"
     assert lines["framework scale"] == f"{framework('h100', 1).prefill_scale:.4g}"
+    assert lines["framework large step scale"] == "0"  # TP 1
 
 
 def test_a_tp_degree_that_does_not_divide_the_heads_rounds_up() -> None:

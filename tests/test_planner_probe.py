@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 
 from kvcargo import SimConfig, simulate
-from kvcargo.config import load_workload
-from kvcargo.metrics import probe_figures
-from kvcargo.config import resolve
+from kvcargo.config import load_workload, resolve
 from kvcargo.engine.cluster import build_params
+from kvcargo.metrics import probe_figures
 from kvcargo.planner.capacity import (
     FLOOR_MARGIN,
     PROBE_KEYS,

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from kvcargo import catalog as catalog_mod
-from kvcargo.calibration_fit import Framework, fit, predict, read_steps
+from kvcargo.calibrated import KNEE_TOKENS
+from kvcargo.calibration_fit import Framework, fit, kernel_time, predict, read_steps
 from kvcargo.catalog import Catalog
 from kvcargo.errors import KvcargoError
 from kvcargo.linkmodel import fit_send_recv, message_s, read_send_recv
@@ -75,12 +76,31 @@ def calibrate_steps(path: str | Path, cat: Catalog, catalog_files: tuple[str, ..
                     if r.device == dev and r.tp == tp and r.phase == phase]
             if errs:
                 reports.append(FitReport(f"{dev} TP{tp} {phase}", len(errs), *_stats(errs)))
+    reports += _large_step_reports(rows, table, catalog_files)
     devices: dict[str, dict] = {}
     for (dev, tp), f in table.items():
         base = cat.device(dev)
         entry = devices.setdefault(dev, base.model_dump(exclude={"key", "framework"}))
         entry.setdefault("framework", {})[f"tp{tp}"] = dict(vars(f))
     return {"devices": devices}, reports
+
+
+def _large_step_reports(rows: list, table: dict, catalog_files: tuple[str, ...]) -> list[FitReport]:
+    """Per device with prefill rows: the large-step factor and the fit on the steps past the knee
+    at TP > 2 it was fitted to, or why it is 0 (no such step: nothing says the engine jumps there)."""
+    out = []
+    for dev in sorted({r.device for r in rows if r.phase == "prefill"}):
+        past = [r for r in rows if r.device == dev and r.phase == "prefill"
+                and kernel_time(r, catalog_files).past_knee > 0]
+        large = next(f.large_step for (d, _), f in table.items() if d == dev)
+        if past:
+            errs = [predict(r, table, catalog_files) / r.measured_s - 1 for r in past]
+            out.append(FitReport(f"{dev}: large_step {large:.3g} (fitted to the prefill steps past "
+                                 f"{KNEE_TOKENS:,.0f} tokens at TP > 2)", len(past), *_stats(errs)))
+        else:
+            out.append(FitReport(f"{dev}: large_step 0 (no prefill step past {KNEE_TOKENS:,.0f} tokens "
+                                 "at TP > 2 to fit it)", 0, float("nan"), float("nan")))
+    return out
 
 
 def calibrate_link(path: str | Path, link_key: str, cat: Catalog, within_node: bool = False) -> tuple[dict, list[FitReport]]:

@@ -8,17 +8,23 @@ over the prompts in prefill, generation attention over the cached tokens in deco
 logits GEMM. A serving framework adds its own cost, fitted to end-to-end data per device
 (:mod:`kvcargo.calibration_fit`): its kernels' slowdown against the measured ones, a host-side
 floor under every prefill step (the host launches a step layer by layer while the GPU runs it),
-its all-reduces' slowdown against the measured ones, and a per-step decode overhead per TP degree. Kernel latencies come from :mod:`kvcargo.kernel_tables`.
+its all-reduces' slowdown against the measured ones, a further slowdown of its kernels on the
+prompt tokens of a step past a knee at TP > 2 (the large-step term), and a per-step decode
+overhead per TP degree. Kernel latencies come from :mod:`kvcargo.kernel_tables`.
 
 For the engine the model is tabulated once per run and pool (:func:`tabulate`): log-seconds on a
 log-spaced grid of tokens (1-D tables) or of (batch, tokens per sequence) (attention), which
-:func:`calibrated_step` reads with a bilinear lookup — a few flops per step.
+:func:`calibrated_step` reads with a bilinear lookup — a few flops per step. The large-step term's
+kink at the knee is not tabulated: the step's looked-up compute is multiplied by the exact
+fraction of its tokens past the knee.
 
 Energy: FLOPs and bytes at the catalog's pJ per FLOP and per byte, the FLOP energy scaled by
 ``flop_eff / (measured rate / peak)``. The reference's coefficients put a compute-bound step at
 ``flop_eff`` of peak just under the device's dynamic power budget; at the measured (faster) rate
 the same scaling keeps that step at the same power instead of throttling every prefill. A power
 cap below TDP stretches a step whose power would exceed the budget to ``energy / budget``.
+The framework constants lengthen a step without adding energy (its FLOPs and bytes are the same):
+the kernel scales and the large-step term as the host floor and the decode overhead do.
 """
 
 from __future__ import annotations
@@ -49,11 +55,11 @@ N_TABLES = 5
 """The tabulated parts: per-token layer work without its all-reduces, the all-reduces, the logits
 GEMM, context and generation attention."""
 # Scalars of a calibrated pool (``Params.cs``): the fitted framework constants (the prefill floor
-# in seconds: layers × host time per layer), the FLOP-energy scale, whether the LM head runs on
-# the last prompt token only.
+# in seconds: layers × host time per layer; the large-step factor at the pool's TP degree), the
+# FLOP-energy scale, whether the LM head runs on the last prompt token only.
 (CS_PREFILL_SCALE, CS_PREFILL_FLOOR, CS_DECODE_SCALE, CS_DECODE_OVERHEAD, CS_COMM_SCALE, CS_PJ_SCALE,
- CS_LM_LAST) = range(7)
-N_SCALARS = 7
+ CS_LM_LAST, CS_LARGE_STEP) = range(8)
+N_SCALARS = 8
 ELEMENTWISE_KERNELS = 6
 """Elementwise kernels per layer: two RMSNorms, RoPE, two residual adds, SiLU·mul."""
 TINY_S = 1e-300
@@ -228,9 +234,27 @@ def _tabulate(model: Model, pool: Pool, lm_head: LmHead) -> tuple[np.ndarray, np
     cs[CS_DECODE_OVERHEAD] = fw.decode_overhead_s
     cs[CS_PJ_SCALE] = pj_scale(pool, cp.tables)
     cs[CS_LM_LAST] = 1.0 if lm_head == "last" else 0.0
+    cs[CS_LARGE_STEP] = fw.large_step * tp_factor(pool.n)
     ct.setflags(write=False)
     cs.setflags(write=False)
     return ct, cs
+
+
+KNEE_TOKENS = 2048.0
+"""Prompt tokens per step past which the large-step term charges: the largest step at which every
+Splitwise prompt time is still linear in tokens (H100 TP8: 1,024 → 2,048 tokens ×1.72, 2,048 →
+4,096 ×2.80). The term's form and knee are chosen in docs/accuracy.md."""
+
+
+@kernel(inline=True)
+def past_knee(tokens: float) -> float:
+    """The fraction of a prefill step's ``tokens`` past the knee: ``max(0, m − knee) / m``."""
+    return max(0.0, tokens - KNEE_TOKENS) / tokens
+
+
+def tp_factor(tp: int) -> float:
+    """How the large-step term grows with the TP degree: ``max(0, log2(TP / 2))`` (0 at TP ≤ 2)."""
+    return max(0.0, math.log2(tp / 2.0))
 
 
 # ------------------------------------------------------------------ the engine's lookup kernels
@@ -257,17 +281,20 @@ def calibrated_step(ct: np.ndarray, cs: np.ndarray, hf: np.ndarray, prefill: boo
     """Time (framework included), compute and memory energy of one step under the calibrated model.
 
     Prefill: ``tokens`` over ``seqs`` prompts with Σ s(s+1) = ``quad`` (attention is charged as
-    ``seqs`` prompts of the length with that mean). Decode: ``seqs`` sequences (= tokens) whose
+    ``seqs`` prompts of the length with that mean); the large-step term charges the compute
+    kernels' share of the tokens past the knee. Decode: ``seqs`` sequences (= tokens) whose
     contexts sum to ``context``.
     """
     if prefill:
         q = quad / seqs
         s = (math.sqrt(1.0 + 4.0 * q) - 1.0) / 2.0
         m_logits = seqs if cs[CS_LM_LAST] != 0.0 else tokens
+        compute = (table_at(ct, T_TOKENS, tokens, 1.0) + table_at(ct, T_LOGITS, m_logits, 1.0)
+                   + table_at(ct, T_CONTEXT, seqs, s))
+        past = past_knee(tokens)
         t = max(cs[CS_PREFILL_FLOOR],
-                cs[CS_PREFILL_SCALE] * (table_at(ct, T_TOKENS, tokens, 1.0) + table_at(ct, T_LOGITS, m_logits, 1.0)
-                                        + table_at(ct, T_CONTEXT, seqs, s))
-                + cs[CS_COMM_SCALE] * table_at(ct, T_REDUCE, tokens, 1.0))
+                cs[CS_PREFILL_SCALE] * compute + cs[CS_COMM_SCALE] * table_at(ct, T_REDUCE, tokens, 1.0)
+                + cs[CS_LARGE_STEP] * past * compute)
         overhead = 0.0
     else:
         t = (cs[CS_DECODE_SCALE] * (table_at(ct, T_TOKENS, tokens, 1.0) + table_at(ct, T_LOGITS, tokens, 1.0)

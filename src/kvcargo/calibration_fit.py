@@ -3,20 +3,27 @@
 The kernel tables fix what the GPU does; a serving framework adds what it does around them. Per
 device and phase the calibrated step time is (:mod:`kvcargo.calibrated`)
 
-* prefill: ``max(layers · prefill_host_s_per_layer, prefill_scale · compute + comm_scale · comm)``
-  — the GPU runs the step's GEMMs, attention and elementwise kernels (``compute``)
-  ``prefill_scale`` times slower than the measured ones (older kernels, less fusion) and its
-  all-reduces (``comm``) ``comm_scale`` times slower than the fastest measured all-reduce, while
-  the host prepares and launches the step layer by layer asynchronously: a short prompt cannot
-  finish before the host has launched it, a long one is GPU-bound. Splitwise's prompt times show
-  exactly that: flat at 48–58 ms (DGX-H100) and 64–67 ms (DGX-A100) for prompts up to 256 tokens
-  at every TP degree, then linear in the prompt tokens;
+* prefill: ``max(layers · prefill_host_s_per_layer, prefill_scale · compute + comm_scale · comm
+  + large_step · past_knee)`` — the GPU runs the step's GEMMs, attention and elementwise kernels
+  (``compute``) ``prefill_scale`` times slower than the measured ones (older kernels, less fusion)
+  and its all-reduces (``comm``) ``comm_scale`` times slower than the fastest measured all-reduce,
+  while the host prepares and launches the step layer by layer asynchronously: a short prompt
+  cannot finish before the host has launched it, a long one is GPU-bound. Splitwise's prompt
+  times show exactly that: flat at 48–58 ms (DGX-H100) and 64–67 ms (DGX-A100) for prompts up to
+  256 tokens at every TP degree, then linear in the prompt tokens — up to :data:`kvcargo.calibrated.KNEE_TOKENS`
+  per step; past it they grow faster at TP 4 and 8 (a step of 4,096 tokens costs 2.8× one of
+  2,048 on the H100 at TP8), for reasons the kernel tables cannot show. ``past_knee`` charges
+  that: the measured compute kernels × ``max(0, m − knee) / m`` (m prompt tokens in the step) ×
+  ``max(0, log2(TP / 2))`` — nothing at TP ≤ 2 or at ``m ≤ knee``, linear in the tokens past it;
 * decode: ``decode_scale · compute + comm_scale · comm + decode_overhead_s`` per TP degree — the
   per-step framework cost (scheduling, sampling, host-device synchronisation on the new token)
   does not overlap the step, and grows with the TP degree (one more process to synchronise).
 
 Both are fitted on the *relative* error, so short and long steps weigh alike: prefill by a grid
-search over the three constants of each device (shared by every TP degree), decode by least
+search over the three constants of each device (shared by every TP degree) with ``large_step`` in
+closed form at every grid point (least squares over the steps past the knee, clamped at 0; 0
+when no step lies past the knee at TP > 2: a framework without the 2023 stack's jump need not
+have one), decode by least
 squares with the kernels at their own speed (scale 1), the device's ``comm_scale``, and one
 overhead per TP degree.
 
@@ -40,14 +47,13 @@ from pathlib import Path
 import numpy as np
 
 from kvcargo import measured_csv
+from kvcargo.calibrated import past_knee, tp_factor
 from kvcargo.errors import KvcargoError, clip, shown
 
 FRAMEWORK_FALLBACK = {"h200": "h100", "b200": "h100"}
 """Devices without fitted framework constants borrow another's."""
 HARDWARE_KEYS = {"a100-80gb": "a100", "h100-80gb": "h100"}
 """Splitwise's hardware names → kvcargo device keys (power-capped runs are not step-time data)."""
-
-
 @dataclass(frozen=True)
 class Framework:
     """Fitted constants of one (device, TP) (see the module doc for the step-time formulas)."""
@@ -57,10 +63,14 @@ class Framework:
     comm_scale: float = 1.0
     decode_scale: float = 1.0
     decode_overhead_s: float = 0.0
+    large_step: float = 0.0
+    """Prefill past the knee: the factor on the compute kernels past it per doubling of TP above 2
+    (:attr:`KernelTime.past_knee`); 0 in an overlay written before it existed."""
 
     def prefill_s(self, kernels: KernelTime, layers: int) -> float:
         """A prefill step of measured ``kernels`` on a model of ``layers`` layers."""
-        gpu = self.prefill_scale * kernels.compute + self.comm_scale * kernels.comm
+        gpu = (self.prefill_scale * kernels.compute + self.comm_scale * kernels.comm
+               + self.large_step * kernels.past_knee)
         return max(layers * self.prefill_host_s_per_layer, gpu)
 
     def decode_s(self, kernels: KernelTime) -> float:
@@ -73,6 +83,8 @@ class KernelTime:
 
     compute: float
     comm: float
+    past_knee: float = 0.0
+    """Prefill: ``compute · past_knee(m) · tp_factor(TP)``, what ``large_step`` multiplies."""
 
 
 @dataclass(frozen=True)
@@ -111,9 +123,10 @@ def parse_constants(doc: dict) -> dict[tuple[str, int], Framework]:
                                    f"{', '.join(sorted(set(fields) - known))}; valid: {', '.join(sorted(known))}")
             for k, v in fields.items():
                 if not (math.isfinite(v) and (v > 0 if k.endswith("scale") else v >= 0)):
+                    what = ("> 0 (a slowdown factor)" if k.endswith("scale")
+                            else ">= 0 (a factor)" if k == "large_step" else ">= 0 (seconds)")
                     raise KvcargoError(f"framework constants [{device}.{tp_key}]: {k} must be a finite number "
-                                       f"{'> 0 (a slowdown factor)' if k.endswith('scale') else '>= 0 (seconds)'}, "
-                                       f"got {v!r}")
+                                       f"{what}, got {v!r}")
             out[(device, int(tp_key[2:]))] = Framework(**fields)
     return out
 
@@ -242,9 +255,11 @@ def kernel_time(row: StepRow, catalog_files: tuple[str, ...] = ()) -> KernelTime
     if row.phase == "prefill":
         m = b * row.tokens
         t = cp.layer_compute_s(m) + cp.logits_s(b) + cp.context_s(b, np.array([row.tokens]))
-    else:
-        m = b
-        t = cp.layer_compute_s(m) + cp.logits_s(b) + cp.generation_s(b, np.array([row.tokens + 1.0]))
+        compute = float(t[0])
+        return KernelTime(compute, float(cp.layer_reduce_s(m)[0]),
+                          compute * past_knee(float(m[0])) * tp_factor(row.tp))
+    m = b
+    t = cp.layer_compute_s(m) + cp.logits_s(b) + cp.generation_s(b, np.array([row.tokens + 1.0]))
     return KernelTime(float(t[0]), float(cp.layer_reduce_s(m)[0]))
 
 
@@ -258,33 +273,43 @@ def fit_decode(tps: np.ndarray, kernels: np.ndarray, measured: np.ndarray) -> di
     return out
 
 
-def fit_prefill(compute: np.ndarray, comm: np.ndarray, layers: np.ndarray,
-                measured: np.ndarray) -> tuple[float, float, float]:
-    """``(scale, comm_scale, host seconds per layer)`` minimising
-    Σ(max(layers·h, scale·compute + comm_scale·comm)/y − 1)²: a grid search, then a finer grid
-    around the best point (the objective is not smooth in h)."""
-    def search(scales: np.ndarray, comms: np.ndarray, hosts: np.ndarray) -> tuple[float, float, float]:
+def fit_prefill(compute: np.ndarray, comm: np.ndarray, layers: np.ndarray, measured: np.ndarray,
+                past: np.ndarray | None = None) -> tuple[float, float, float, float]:
+    """``(scale, comm_scale, host seconds per layer, large_step)`` minimising
+    Σ(max(layers·h, scale·compute + comm_scale·comm + large_step·past)/y − 1)²: a grid search, then
+    a finer grid around the best point (the objective is not smooth in h); ``large_step`` in closed
+    form at each (scale, comm_scale) — least squares over the rows with ``past`` > 0 (far above the
+    host floor), clamped at 0 — and 0 without such rows."""
+    past = np.zeros_like(compute) if past is None else past
+    sel = past > 0
+
+    def search(scales: np.ndarray, comms: np.ndarray, hosts: np.ndarray) -> tuple[float, float, float, float]:
         gpu = scales[:, None, None] * compute + comms[None, :, None] * comm  # (scale, comm, row)
-        best = (np.inf, 0.0, 0.0, 0.0)
+        large = np.zeros(gpu.shape[:2])
+        if sel.any():
+            a, g = past[sel] / measured[sel], gpu[..., sel] / measured[sel]
+            large = np.maximum(0.0, ((1.0 - g) * a).sum(axis=2) / (a * a).sum())
+            gpu = gpu + large[..., None] * past
+        best = (np.inf, 0.0, 0.0, 0.0, 0.0)
         for h in hosts:
             err = ((np.maximum(gpu, h * layers) / measured - 1.0) ** 2).sum(axis=2)
             i, j = np.unravel_index(np.argmin(err), err.shape)
             if err[i, j] < best[0]:
-                best = (float(err[i, j]), float(scales[i]), float(comms[j]), float(h))
+                best = (float(err[i, j]), float(scales[i]), float(comms[j]), float(h), float(large[i, j]))
         return best[1:]
 
     h_max = float((measured / layers).max())
     coarse = np.geomspace(0.25, 8.0, 61)  # 6% steps
-    s, c, h = search(coarse, coarse if comm.any() else np.ones(1), np.linspace(0.0, h_max, 61))
+    s, c, h, _ = search(coarse, coarse if comm.any() else np.ones(1), np.linspace(0.0, h_max, 61))
     fine = np.linspace(0.94, 1.06, 25)
     return search(s * fine, c * fine if comm.any() else np.ones(1),
                   np.linspace(max(0.0, h - h_max / 60), h + h_max / 60, 21))
 
 
 def fit(rows: list[StepRow], catalog_files: tuple[str, ...] = ()) -> dict[tuple[str, int], Framework]:
-    """Fitted constants per (device, TP) from measured steps (module doc): the prefill scales and
-    host time per device, shared by all its TP degrees; then the decode overhead per TP degree with
-    the device's all-reduce scale. A TP degree measured in one phase only takes the other phase's
+    """Fitted constants per (device, TP) from measured steps (module doc): the prefill scales, host
+    time and large-step factor per device, shared by all its TP degrees; then the decode overhead
+    per TP degree with the device's all-reduce scale. A TP degree measured in one phase only takes the other phase's
     constants as :func:`framework` would give them (shared, or interpolated between the measured
     degrees), not neutral ones, which would drag the interpolation to other degrees; a device
     without prefill rows keeps scales of 1, one without decode rows no overhead."""
@@ -306,9 +331,10 @@ def fit(rows: list[StepRow], catalog_files: tuple[str, ...] = ()) -> dict[tuple[
         layers = np.array([p[2] for p in pts], dtype=np.float64)
         y = np.array([p[3] for p in pts])
         if phase == "prefill":
-            scale, comm_scale[dev], host = fit_prefill(compute, comm, layers, y)
+            past = np.array([p[1].past_knee for p in pts])
+            scale, comm_scale[dev], host, large = fit_prefill(compute, comm, layers, y, past)
             for tp in degrees[dev]:
-                fields[(dev, tp)].update(prefill_scale=scale, prefill_host_s_per_layer=host)
+                fields[(dev, tp)].update(prefill_scale=scale, prefill_host_s_per_layer=host, large_step=large)
         else:
             c = comm_scale.get(dev, 1.0)
             fitted = {(dev, tp): Framework(decode_overhead_s=o) for tp, o in fit_decode(tps, compute + c * comm, y).items()}

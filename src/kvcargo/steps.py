@@ -16,6 +16,7 @@ from kvcargo.calibrated import (
     CS_COMM_SCALE,
     CS_DECODE_OVERHEAD,
     CS_DECODE_SCALE,
+    CS_LARGE_STEP,
     CS_PREFILL_FLOOR,
     CS_PREFILL_SCALE,
     calibrated_pool,
@@ -97,7 +98,9 @@ def _calibrated(model: Model, pool: Pool, phase: Phase, batch: int, length: int,
         flops, nbytes = prefill_work(mi, mf, tokens, quad, batch)
         t, e_c, e_m = calibrated_step(ct, cs, hf, True, float(tokens), float(batch), float(quad), 0.0,
                                       float(flops), nbytes)
-        framework = {"framework_scale": float(cs[CS_PREFILL_SCALE]), "framework_floor": float(cs[CS_PREFILL_FLOOR])}
+        framework = {"framework_scale": float(cs[CS_PREFILL_SCALE]),
+                     "framework_floor": float(cs[CS_PREFILL_FLOOR]),
+                     "framework_large_step_scale": float(cs[CS_LARGE_STEP])}  # large_step · log2(TP/2)
         attention = cp.context_s(b, np.array([float(length)]))[0]
         logits = cp.logits_s(b if lm_head == "last" else b * length)[0]
         m = b * length

@@ -9,8 +9,10 @@ beside its target, with honest labels of what was and was not used to fit:
   every measured kernel, the held-out cells put back);
 * Splitwise end to end (``perf_model_fit.csv``), per phase and TP degree: in-sample (the
   built-in constants are fitted to every Llama-2-70B row), then refitted without what is scored —
-  each configuration in turn, the steps above 1,024 prompt tokens (or mean context 600), batch 8 —
-  and BLOOM-176B, a model no constant is fitted to;
+  each configuration in turn, the steps above 1,024 prompt tokens (or mean context 600), batch 8;
+  for the large-step term (only the batch-8 prompts lie past its knee), batch 8 of one device
+  with the term fitted on the other, and one TP degree's batch 8 — and BLOOM-176B, a model no
+  constant is fitted to;
 * Vidur's send/recv curves (the ib-ndr and nvlink4 constants are fitted to them: in-sample).
 
 Data that is not shipped (the Splitwise and Vidur CSVs) is looked for under ``shared/data/calibration``
@@ -113,9 +115,12 @@ def _errors(test: list, table: dict, files: tuple[str, ...]) -> np.ndarray:
 
 
 def splitwise_rows(root: Path | None) -> list:
-    """Splitwise end to end, per phase and TP degree (both devices): in-sample, then four held-out
+    """Splitwise end to end, per phase and TP degree (both devices): in-sample, then six held-out
     designs — leave one configuration out, extrapolate to the larger steps, extrapolate to batch 8,
+    the large-step term carried to the other device and to a held-out TP degree (prompt times),
     and a model the constants never saw (BLOOM-176B at TP 8)."""
+    from dataclasses import replace
+
     from kvcargo.calibration_fit import fit, read_splitwise
 
     src = "Splitwise (Patel et al., ISCA'24), Mutinifni/splitwise-sim perf_model.csv (MIT)"
@@ -129,7 +134,8 @@ def splitwise_rows(root: Path | None) -> list:
         llama = [r for r in measured if r.model == "llama2-70b"]
         bloom = [r for r in measured if r.model == "bloom-176b"]
         full = fit(llama, files)
-        errors: dict[str, dict[tuple[str, int], list[float]]] = {k: {} for k in ("in", "logo", "tokens", "batch")}
+        errors: dict[str, dict[tuple[str, int], list[float]]] = {
+            k: {} for k in ("in", "logo", "tokens", "batch", "device", "tp")}
 
         def score(design: str, test: list, table: dict) -> None:
             for r, e in zip(test, _errors(test, table, files)):
@@ -144,6 +150,15 @@ def splitwise_rows(root: Path | None) -> list:
 
         for design, held in (("tokens", large_tokens), ("batch", lambda r: r.batch >= 8)):
             score(design, [r for r in llama if held(r)], fit([r for r in llama if not held(r)], files))
+        for other, dev in (("h100", "a100"), ("a100", "h100")):  # no batch 1–4 step lies past the knee
+            own = fit([r for r in llama if r.device == dev and r.batch < 8], files)
+            large = full[(other, 8)].large_step
+            score("device", [r for r in llama if r.device == dev and r.batch >= 8 and r.phase == "prefill"],
+                  {key: replace(f, large_step=large) for key, f in own.items()})
+        for tp in (2, 4, 8):
+            held = [r.tp == tp and r.batch >= 8 and r.phase == "prefill" for r in llama]
+            train = [r for r, h in zip(llama, held) if not h]
+            score("tp", [r for r, h in zip(llama, held) if h], fit(train, files))
         out = _bloom_rows(bloom, full, files, src)
     labels = {
         "in": ("fit rows, in-sample", "every Llama-2-70B row fits the constants"),
@@ -153,7 +168,14 @@ def splitwise_rows(root: Path | None) -> list:
         "tokens": ("larger steps held out",
                    "fitted on steps of ≤ 1,024 prompt tokens (prefill) or mean context ≤ 600 (decode), "
                    "scored on the larger ones (2,048–4,096 prompt tokens; outputs of 512–1,024)"),
-        "batch": ("batch 8 held out", "fitted on batches 1–4, scored on batch 8"),
+        "batch": ("batch 8 held out", "fitted on batches 1–4 (no step past the large-step knee: its term is 0), "
+                  "scored on batch 8"),
+        "device": ("batch 8 of the other device",
+                   "large_step fitted on the other device's rows, every other constant on this device's "
+                   "batches 1–4; scored on this device's batch 8 (both ways)"),
+        "tp": ("one TP degree's batch 8 held out",
+               "refitted without one TP degree's batch-8 prompt times on both devices (large_step from the "
+               "other degrees, ∝ log2(TP/2)), scored on them; every degree in turn"),
     }
     rows = []
     for design, (what, note) in labels.items():

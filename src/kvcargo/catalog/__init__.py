@@ -212,8 +212,9 @@ class Device(_Entry):
     ``--cost-model calibrated``; unset: the built-in set of the same key, if any."""
     framework: dict[str, dict[str, float]] = {}
     """Fitted framework constants of ``--cost-model calibrated`` by TP degree
-    (``{tp8 = {prefill_scale = …, prefill_host_s_per_layer = …, decode_scale = …, decode_overhead_s = …}}``,
-    written by ``kvcargo calibrate``); empty: the built-in ones."""
+    (``{tp8 = {prefill_scale = …, prefill_host_s_per_layer = …, comm_scale = …, decode_scale = …,
+    decode_overhead_s = …, large_step = …}}``, written by ``kvcargo calibrate``; a field left out
+    takes its neutral value: scales 1, seconds and ``large_step`` 0); empty: the built-in ones."""
 
     @model_validator(mode="after")
     def _check(self) -> Device:

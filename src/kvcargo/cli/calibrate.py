@@ -32,9 +32,10 @@ from kvcargo.report.text import table
 def command(steps: str | None, send_recv: str | None, link: str | None, within_node: bool,
             import_system: str | None, device: str | None, tables: str | None, data_root: str | None,
             out: str | None, catalog: tuple[str, ...], as_json: bool) -> None:
-    """Fit the framework constants (prefill kernel scale and host floor per device, decode overhead
-    per TP degree) and link efficiency to your measurements, or import another system's kernel tables from aiconfigurator-core; write a
-    catalog TOML overlay for --catalog and report the fit error."""
+    """Fit the framework constants (prefill kernel and all-reduce scales, host floor and large-step
+    factor per device, decode overhead per TP degree) and link efficiency to your measurements, or
+    import another system's kernel tables from aiconfigurator-core; write a catalog TOML overlay
+    for --catalog and report the fit error."""
     from kvcargo.calibrate import calibrate
 
     text, reports = calibrate(steps, send_recv, link, within_node, catalog, import_system, device, tables,
