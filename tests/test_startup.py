@@ -236,3 +236,30 @@ def test_the_command_leaves_at_once_with_its_output_whole(tmp_path: Path) -> Non
     p = subprocess.run([sys.executable, "-m", "kvcargo", "simulate", "--model", "nope"], capture_output=True,
                        text=True, timeout=600)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "nope" in p.stderr
+
+
+BUILDING_PROBE = """
+import io, sys, contextlib
+from kvcargo import _jit
+from kvcargo.engine import aot
+_jit.COMPILE_COST_S = 0.0  # any job would pay for compiling
+aot._lock().parent.mkdir(parents=True)
+aot._lock().write_text("0")  # another process is building the module
+from kvcargo.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    main({scheduled!r})
+    main({default!r})
+print("numba" in sys.modules, aot.building(), aot.in_use(), file=sys.stderr)
+"""
+
+
+def test_runs_stay_plain_python_while_the_engine_is_built_in_the_background(tmp_path: Path) -> None:
+    """Neither engine compiles just in time while a build is under way: on a fresh install a cold
+    compile of the scheduled loop beside the build took minutes of a first ``kvcargo reproduce``."""
+    env = {**os.environ, "KVCARGO_CACHE_DIR": str(tmp_path / "cache"), "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    env.pop("KVCARGO_JIT", None)
+    runs = {"scheduled": ["simulate", "--requests", "300", "--batch-policy", "chunked", "--kv-policy", "paged"],
+            "default": ["simulate", "--requests", "300"]}
+    p = subprocess.run([sys.executable, "-c", BUILDING_PROBE.format(**runs)], capture_output=True, text=True, env=env,
+                       timeout=600, check=True)
+    assert p.stderr.strip().splitlines()[-1] == "False True False"

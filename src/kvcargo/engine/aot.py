@@ -83,14 +83,18 @@ def prepare(units: float, accumulate: bool = True, unit_plain_s: float = ENGINE_
                 _background = _background or _build_in_background()
         if module is not None:
             _use(module)
-    if _runner is not None:
-        return
-    if _background and not _failed():
+    if _runner is not None or building():
         return
     if accumulate:
         _jit.use_compiled(plain_s)
     else:
         _jit.expect_work(plain_s)
+
+
+def building() -> bool:
+    """Whether a background build this process started or found is under way: runs stay plain
+    Python until it is done (a cold just-in-time compile would compete with it as long)."""
+    return _background and not _failed()
 
 
 def in_use() -> bool:

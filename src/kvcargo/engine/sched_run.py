@@ -127,8 +127,9 @@ def simulate_arrays(st: S.SchedState) -> S.SchedState:
     plain_s = plain_seconds(st)
     aot.prepare(plain_s, accumulate=False, unit_plain_s=1.0)
     run_events = aot.scheduled_loop()
-    if run_events is None:  # also while the module is built in the background: numba's cache serves
-        _jit.use_compiled(plain_s)
+    if run_events is None:
+        if not aot.building():
+            _jit.use_compiled(plain_s)
         from kvcargo.engine.sched_loop import run_events  # bound compiled, if compiled
 
     while (code := run_events(st)) != S.FINISHED:
