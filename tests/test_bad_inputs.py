@@ -559,3 +559,13 @@ def test_an_unknown_catalog_key_names_its_parameter(client) -> None:
             r = client.get(f"/api/handoff?{name}=nope")
             _one_line_error(r, 422, f"invalid --{name.replace('_', '-')}: unknown ")
             assert r.json()["field"] == name
+
+
+def test_the_command_alone_shows_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """``kvcargo`` with nothing to do prints the help as click lays it out (exit 2, as click does),
+    not folded into one error line."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("Usage: kvcargo [OPTIONS] COMMAND [ARGS]...\n")
+    assert "\nCommands:\n" in err and "  simulate " in err and "error" not in err.splitlines()[0]

@@ -32,6 +32,9 @@ import click  # noqa: E402 - after the environment above, which numpy reads when
 from kvcargo import cachefiles  # noqa: E402
 from kvcargo.errors import KvcargoError  # noqa: E402
 
+NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+"""What click ≥ 8.2 raises for ``kvcargo`` (or a group) given nothing to do: its message is the help."""
+
 COMMANDS = ("handoff", "catalog", "simulate", "step", "reproduce", "sweep", "capacity", "plan", "ui", "trace-stats",
             "validate", "calibrate")
 """Each command lives in ``kvcargo.cli.<name>`` (dashes as underscores) as ``command``."""
@@ -85,6 +88,9 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script."""
     try:
         cli.main(args=argv, prog_name="kvcargo", standalone_mode=False)
+    except NO_ARGS_IS_HELP as exc:  # the whole help, as click shows it, not folded into one line
+        click.echo(exc.format_message(), err=True)
+        sys.exit(2)
     except click.exceptions.Abort:
         click.echo("kvcargo: aborted", err=True)
         sys.exit(130)
