@@ -54,6 +54,8 @@ FRAMEWORK_FALLBACK = {"h200": "h100", "b200": "h100"}
 """Devices without fitted framework constants borrow another's."""
 HARDWARE_KEYS = {"a100-80gb": "a100", "h100-80gb": "h100"}
 """Splitwise's hardware names → kvcargo device keys (power-capped runs are not step-time data)."""
+
+
 @dataclass(frozen=True)
 class Framework:
     """Fitted constants of one (device, TP) (see the module doc for the step-time formulas)."""

@@ -37,7 +37,6 @@ def step_positions(log_inst, n_inst):
     return order, start
 
 
-
 class FoldedSteps(NamedTuple):
     """A run's decode steps, per decode (or colocated) instance."""
 
