@@ -238,6 +238,25 @@ def test_the_command_leaves_at_once_with_its_output_whole(tmp_path: Path) -> Non
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "nope" in p.stderr
 
 
+GC_PROBE = """
+import gc, io, contextlib
+from kvcargo.cli import cli, main
+cli.pause_collector = {pause!r}
+with contextlib.redirect_stdout(io.StringIO()):
+    main(["handoff"])
+print(gc.isenabled(), gc.get_freeze_count() > 0)
+"""
+
+
+@pytest.mark.parametrize("pause", [True, False])
+def test_the_console_script_freezes_what_its_command_s_import_built(pause: bool) -> None:
+    """With the console script's setting, importing the command leaves the collector on and the
+    import's objects frozen (never scanned again); an in-process caller's objects are left alone."""
+    p = subprocess.run([sys.executable, "-c", GC_PROBE.format(pause=pause)], capture_output=True, text=True,
+                       timeout=600, check=True)
+    assert p.stdout.split() == ["True", str(pause)]
+
+
 BUILDING_PROBE = """
 import io, sys, contextlib
 from kvcargo import _jit
