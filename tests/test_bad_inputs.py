@@ -103,7 +103,6 @@ CLI_CASES = [
     ('simulate --prompt nan', 'invalid --prompt (got nan): Input should be a finite number'),
     ('simulate --prompt inf', 'invalid --prompt (got inf): Input should be a finite number'),
     ('simulate --prompt 2000000 --prompt-cv 0', '--prompt 2,000,000 is above 32,768 tokens, where the generat'),
-    ('simulate --prompt 40000', '--prompt 40,000 is above 32,768 tokens, where the generator'),
     ('simulate --output 0', 'invalid --output (got 0.0): Input should be greater than 0'),
     ('simulate --output 1e6', '--output 1,000,000 is above 32,768 tokens, where the generat'),
     ('simulate --output inf', 'invalid --output (got inf): Input should be a finite number'),

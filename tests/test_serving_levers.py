@@ -187,25 +187,59 @@ def test_prefix_share_draws_one_uniform_per_session() -> None:
     assert not np.array_equal(full.prompt, half.prompt)
 
 
-# ------------------------------------------------------------------ refusals
+# ------------------------------------------------------------------ refusals and inert flags
+
+
+@pytest.mark.parametrize("base,inert,notes", [
+    ([], ["--kv-block-size", "64", "--preemption", "swap", "--host-link", "pcie4", "--max-seq-len", "64",
+          "--prefix-share", "0.3"],  # the companion's own check (levers-serving §0.1)
+     ["--kv-block-size has no effect without --kv-policy paged", "--preemption has no effect without --kv-policy paged",
+      "--host-link has no effect without --kv-policy paged --preemption swap",
+      "--max-seq-len has no effect without --kv-policy max",
+      "--prefix-share has no effect without --system-prompts and --system-len"]),
+    (["--kv-policy", "paged"], ["--host-link", "pcie4"],
+     ["--host-link has no effect without --kv-policy paged --preemption swap"]),
+    ([], ["--think", "2", "--system-prompts", "3"],
+     ["--think has no effect with one turn per session (--turns 1)",
+      "--system-prompts has no effect without --system-len: no system prompt is drawn"]),
+    (["--workload", "chat"], ["--turns", "4", "--prompt", "99"],
+     ["--prompt has no effect: --workload chat sets it", "--turns has no effect: --workload chat sets it"]),
+    (["--turns", "2"], ["--system-len", "300", "--prefix-share", "0.5"],
+     ["--system-len has no effect without --system-prompts: no system prompt is drawn",
+      "--prefix-share has no effect without --system-prompts and --system-len"]),
+])
+def test_inert_flags_run_as_without_them_and_say_so(base: list[str], inert: list[str], notes: list[str]) -> None:
+    """Flags the configuration ignores change nothing, as in the companion (which accepts them): the
+    summary is the one without them, and stderr says, one note a line, what was ignored."""
+    def run(args: list[str]) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "kvcargo", "simulate", "--requests", "60", "--json", *base, *args],
+                              capture_output=True, text=True, timeout=300, check=True)
+
+    without, given = run([]), run(inert)
+    assert json.loads(given.stdout)["summary"] == json.loads(without.stdout)["summary"]
+    assert without.stderr == "" and given.stderr.splitlines() == [f"kvcargo: note: {n}" for n in notes]
+
+
+def test_compare_and_sweep_say_which_flags_they_ignore() -> None:
+    p = subprocess.run([sys.executable, "-m", "kvcargo", "simulate", "--requests", "40", "--sweep-rate", "1", "2",
+                        "--rate", "3", "--json"], capture_output=True, text=True, timeout=300, check=True)
+    assert p.stdout.startswith("mode ") and len(p.stdout.splitlines()) == 3
+    assert p.stderr.splitlines() == ["kvcargo: note: --rate has no effect with --sweep-rate, which sets the rates",
+                                     "kvcargo: note: --json has no effect with --sweep-rate, which prints a table"]
+    p = subprocess.run([sys.executable, "-m", "kvcargo", "simulate", "--requests", "40", "--compare", "--mode",
+                        "colocated", "--kv-compress", "fp8", "--json"], capture_output=True, text=True, timeout=300,
+                       check=True)
+    assert [r["config"]["mode"] for r in json.loads(p.stdout)] == ["colocated", "disagg"]
+    assert p.stderr == "kvcargo: note: --mode has no effect with --compare, which runs both modes\n"
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--kv-block-size", "32"], "--kv-block-size applies only to --kv-policy paged"),
-    (["--kv-policy", "paged", "--host-link", "pcie4"], "--host-link applies only"),
-    (["--preemption", "swap"], "--preemption applies only"),
-    (["--max-seq-len", "4096"], "--max-seq-len applies only"),
-    (["--prefix-share", "0.5"], "--prefix-share applies only"),
-    (["--think", "2"], "--think applies only"),
     (["--kv-policy", "paged", "--preemption", "swap", "--prefix-caching"], "not modelled"),
-    (["--workload", "chat", "--turns", "4"], "--turns is set by --workload chat"),
     (["--batch-policy", "chunked", "--send", "layerwise"], "reference hand-off"),
     (["--kv-policy", "paged", "--cost-model", "calibrated"], "reference roofline"),
-    (["--sweep-rate", "1", "2", "--rate", "3"], "--sweep-rate sets the rates"),
-    (["--compare", "--mode", "disagg"], "--compare runs both modes"),
     (["--batch-policy", "fcfs"], "fcfs"),
 ])
-def test_ignored_or_impossible_flags_are_refused(args: list[str], needle: str) -> None:
+def test_impossible_flags_are_refused(args: list[str], needle: str) -> None:
     p = subprocess.run([sys.executable, "-m", "kvcargo", "simulate", "--requests", "10", *args],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 2

@@ -178,6 +178,18 @@ def test_simulate_equals_cli_json(client: TestClient, params: dict) -> None:
     assert [row["text"] for row in got["table"]] == [row["text"] for row in result_table(simulate(**params).summary)]
 
 
+def test_simulate_notes_what_it_ignores_or_clips(client: TestClient) -> None:
+    """A mean length above the generator's clip or an inert serving flag runs, as the companion's
+    does, and the response says what the run did with it (the command line's stderr notes)."""
+    plain = client.post("/api/simulate", json={"requests": 100}).json()
+    inert = client.post("/api/simulate", json={"requests": 100, "kv_block_size": 64, "think": 2}).json()
+    assert plain["notes"] == [] and inert["summary"] == plain["summary"]
+    assert inert["notes"] == ["--kv-block-size has no effect without --kv-policy paged",
+                              "--think has no effect with one turn per session (--turns 1)"]
+    clipped = client.post("/api/simulate", json={"requests": 100, "prompt": 40_000})
+    assert clipped.status_code == 200 and clipped.json()["notes"][0].startswith("--prompt 40,000 is above 32,768 tokens")
+
+
 def test_simulate_table_chapter_scenario(client: TestClient) -> None:
     table = {row["key"]: row["text"] for row in client.post("/api/simulate", json={"link": "eth-25g", "rate": 14})
              .json()["table"]}
@@ -247,12 +259,11 @@ def test_interval_series_is_exact() -> None:
     ({"dvfs": 1}, 422, "invalid --dvfs (got 1): Input should be a valid boolean"),
     ({"requests": 60_000_000}, 422, "invalid --requests (got 60000000): at most 50,000 per run in the web API"),
     ({"model": "x" * 50_000}, 422, "invalid --model: unknown model 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... (50,002 chars); valid"),
-    ({"prompt": 40_000}, 422, "--prompt 40,000 is above 32,768 tokens, where the generator clips every length"),
     ({"requests": 60_000}, 422, "invalid --requests (got 60000): at most 50,000 per run in the web API "
                                 "(kvcargo ui --max-requests)"),
     ({"decode": 1000}, 422, "invalid --decode (got 1000): at most 64 in the web API"),
     ({"output": 1e5, "max_length": 200_000}, 422, "invalid --output (got 100000): at most 65,536 in the web API"),
-    ({"output": 1e7}, 422, "--output 10,000,000 is above 32,768 tokens, where the generator clips"),
+    ({"output": 1e7}, 422, "invalid --output (got 1e+07): at most 65,536 in the web API"),
     ({"link": "carrier-pigeon"}, 422, "invalid --link: unknown link 'carrier-pigeon'; valid choices: cpo-optical, "
                                       "eth-100g"),
     ({"model": "llama3-70b"}, 422, "Llama-3-70B does not fit the prefill pool"),

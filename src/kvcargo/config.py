@@ -318,13 +318,7 @@ class SimConfig(BaseModel):
     @model_validator(mode="after")
     def _check_ranges(self) -> SimConfig:
         check_ranges(self.__dict__)
-        if self.workload_file is None:
-            for flag, mean in (("--prompt", self.prompt), ("--output", self.output)):
-                if mean > self.max_length:
-                    raise ValueError(f"{flag} {number(mean)} is above {self.max_length:,} tokens, where the generator "
-                                     "clips every length (reference-semantics §6.1); raise the clip with "
-                                     "--max-length")
-        else:
+        if self.workload_file is not None:
             generated = ("requests", "prompt", "prompt_cv", "output", "output_cv", "seed", "max_length")
             ignored = [f for f in generated if getattr(self, f) != SimConfig.model_fields[f].default]
             if ignored:
@@ -516,6 +510,20 @@ SECTIONS: dict[str, tuple[str, ...]] = {
 }
 """SimConfig's fields by what they describe, each field in one section. The fields themselves
 keep their historical order (it is the order of JSON keys, CSV columns and ``--help``)."""
+
+
+def notes(config: SimConfig) -> list[str]:
+    """What the run will leave out or bend of what was asked, one line each; the run goes on, as
+    the companion's does: serving flags it ignores, and mean lengths above the generator's clip."""
+    from kvcargo.serving import ignored_settings
+
+    out = ignored_settings(config)
+    if config.workload_file is None and config.workload is None:
+        for flag, mean in (("--prompt", config.prompt), ("--output", config.output)):
+            if mean > config.max_length:
+                out.append(f"{flag} {number(mean)} is above {config.max_length:,} tokens, where the generator clips "
+                           "every length (reference-semantics §6.1); raise the clip with --max-length")
+    return out
 
 
 def section(config: SimConfig, name: str) -> dict[str, Any]:

@@ -41,33 +41,14 @@ def session_shape(c: SimConfig) -> SessionShape:
 
 
 def check_serving(c: SimConfig) -> None:
-    """Refuse, with one line, a serving flag the configuration ignores or cannot combine."""
-    paged = c.kv_policy == "paged"
-    if c.kv_block_size is not None and not paged:
-        raise ValueError("--kv-block-size applies only to --kv-policy paged")
-    if c.preemption is not None and not paged:
-        raise ValueError("--preemption applies only to --kv-policy paged")
-    if c.host_link is not None and c.preemption != "swap":
-        raise ValueError("--host-link applies only to --kv-policy paged --preemption swap")
-    if c.max_seq_len is not None and c.kv_policy != "max":
-        raise ValueError("--max-seq-len applies only to --kv-policy max")
-    if c.prefix_caching and paged and c.preemption == "swap":
+    """Refuse, with one line, a serving flag the configuration cannot combine (flags it merely
+    ignores are :func:`ignored_settings`)."""
+    if c.prefix_caching and c.kv_policy == "paged" and c.preemption == "swap":
         raise ValueError("--prefix-caching with --preemption swap is not modelled: use --preemption recompute")
-    if c.workload is not None:
-        if c.workload_file is not None:
-            raise ValueError("--workload and --workload-file both give the requests: choose one")
-        given = [f for f in PRESET_FIELDS if _changed(c, f)]
-        if given:
-            raise ValueError(f"--{given[0].replace('_', '-')} is set by --workload {c.workload}: drop it")
-    else:
-        if c.think > 0 and c.turns < 2:
-            raise ValueError("--think applies only to sessions of --turns 2 or more")
-        if (c.system_prompts > 0) != (c.system_len > 0):
-            raise ValueError("--system-prompts and --system-len go together (how many, and how long)")
-        if c.prefix_share is not None and c.system_prompts == 0:
-            raise ValueError("--prefix-share applies only with --system-prompts and --system-len")
-        if c.workload_file is not None and session_shape(c).is_session:
-            raise ValueError("sessions are generated: --turns/--system-prompts cannot be combined with --workload-file")
+    if c.workload is not None and c.workload_file is not None:
+        raise ValueError("--workload and --workload-file both give the requests: choose one")
+    if c.workload is None and c.workload_file is not None and session_shape(c).is_session:
+        raise ValueError("sessions are generated: --turns/--system-prompts cannot be combined with --workload-file")
     closed_loop = session_shape(c).turns > 1
     if (c.scheduled or closed_loop) and c.handoff_features:
         raise ValueError("the serving levers and multi-turn sessions use the reference hand-off: drop --send, "
@@ -81,6 +62,35 @@ def check_serving(c: SimConfig) -> None:
                          f"instances without a draft: drop --{parallel[0].replace('_', '-')}")
     if c.prefix_caching and c.decode_prefix_cache:
         raise ValueError("--prefix-caching and --decode-prefix-cache are two prefix caches: choose one")
+
+
+def ignored_settings(c: SimConfig) -> list[str]:
+    """What the serving flags given change nothing about, one line each: the companion accepts and
+    ignores them, the run is the one without them, bit for bit (levers-serving §0.1 "inert
+    settings", §6.1, §7), and the command line says so on stderr."""
+    notes = []
+    paged = c.kv_policy == "paged"
+    for flag, given, needs in (("--kv-block-size", c.kv_block_size is not None and not paged, "--kv-policy paged"),
+                               ("--preemption", c.preemption is not None and not paged, "--kv-policy paged"),
+                               ("--host-link", c.host_link is not None and not (paged and c.preemption == "swap"),
+                                "--kv-policy paged --preemption swap"),
+                               ("--max-seq-len", c.max_seq_len is not None and c.kv_policy != "max",
+                                "--kv-policy max")):
+        if given:
+            notes.append(f"{flag} has no effect without {needs}")
+    if c.workload is not None:
+        notes += [f"--{f.replace('_', '-')} has no effect: --workload {c.workload} sets it"
+                  for f in PRESET_FIELDS if _changed(c, f)]
+        return notes
+    if c.think > 0 and c.turns < 2:
+        notes.append("--think has no effect with one turn per session (--turns 1)")
+    if (c.system_prompts > 0) != (c.system_len > 0):
+        given = "--system-prompts" if c.system_prompts > 0 else "--system-len"
+        notes.append(f"{given} has no effect without {'--system-len' if c.system_prompts > 0 else '--system-prompts'}: "
+                     "no system prompt is drawn")
+    if c.prefix_share is not None and not (c.system_prompts > 0 and c.system_len > 0):
+        notes.append("--prefix-share has no effect without --system-prompts and --system-len")
+    return notes
 
 
 def with_preset_slos(c: SimConfig) -> SimConfig:

@@ -37,16 +37,19 @@ def compare_configs(config: SimConfig) -> list[SimConfig]:
     return [colocated_twin(config), config.replace(mode="disagg")]
 
 
-def refuse_ignored(params: dict[str, Any], compare: bool, sweep: tuple[float, ...], as_json: bool) -> None:
-    """Flags the comparison or the sweep would ignore are refused with one line."""
-    if compare and params.get("mode") is not None:
-        raise KvcargoError("--compare runs both modes: drop --mode")
-    if sweep and params.get("rate") is not None:
-        raise KvcargoError("--sweep-rate sets the rates: drop --rate")
-    if sweep and as_json:
-        raise KvcargoError("--sweep-rate prints a table: drop --json")
+def ignored_flags(params: dict[str, Any], compare: bool, sweep: tuple[float, ...], as_json: bool) -> list[str]:
+    """Flags the comparison or the sweep ignore, one note each (the companion accepts and ignores
+    them: levers-serving §8); rates that are not positive are refused."""
     if sweep and any(not r > 0 for r in sweep):
         raise KvcargoError("--sweep-rate takes positive rates (requests or sessions per second)")
+    notes = []
+    if compare and params.get("mode") is not None:
+        notes.append("--mode has no effect with --compare, which runs both modes")
+    if sweep and params.get("rate") is not None:
+        notes.append("--rate has no effect with --sweep-rate, which sets the rates")
+    if sweep and as_json:
+        notes.append("--json has no effect with --sweep-rate, which prints a table")
+    return notes
 
 
 def sweep_rates(config: SimConfig, rates: tuple[float, ...], compare: bool) -> str:

@@ -78,12 +78,23 @@ def config_from(params: dict[str, Any]) -> SimConfig:
     """A validated SimConfig from the options that were given, kept in kvcargo's cache for the next
     process given the same options while kvcargo's sources and pydantic are unchanged: validating
     first builds pydantic's validator (tens of ms, more than a short run's simulation). Bad
-    options are never stored: they fail the same way every time."""
+    options are never stored: they fail the same way every time. What the run will ignore or
+    clip of the options (:func:`kvcargo.config.notes`) is said on stderr, one note a line."""
     from pydantic.version import VERSION
 
     from kvcargo import cachefiles
     from kvcargo._jit import source_digest
 
+    from kvcargo.config import notes
+
     given = given_params(params)
     key = (source_digest(), VERSION, tuple((k, type(v).__name__, v) for k, v in sorted(given.items())))
-    return cachefiles.cached("sim-config", key, lambda: _sim_config().build(**given))
+    config = cachefiles.cached("sim-config", key, lambda: _sim_config().build(**given))
+    say(notes(config))
+    return config
+
+
+def say(notes: list[str]) -> None:
+    """Each note on stderr as one line, ``kvcargo: note: ...`` (stdout stays the result)."""
+    for line in notes:
+        click.echo(f"kvcargo: note: {line}", err=True)

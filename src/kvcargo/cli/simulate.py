@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from kvcargo.cli.compare import GreedyFloats, compare_configs, refuse_ignored, sweep_rates
-from kvcargo.cli.options import config_from, sim_options
+from kvcargo.cli.compare import GreedyFloats, compare_configs, ignored_flags, sweep_rates
+from kvcargo.cli.options import config_from, say, sim_options
 from kvcargo.outputs import check_output
 from kvcargo.report.data import jsonable
 
@@ -40,8 +40,8 @@ def command(as_json: bool, requests_csv: str | None, trace_file: str | None, sum
     if (compare or sweep_rate) and (requests_csv or trace_file or summary_only):
         raise click.UsageError("--compare and --sweep-rate make several runs: drop --requests-csv/--trace/"
                                "--summary-only")
-    refuse_ignored(params, compare, sweep_rate, as_json)
-    config = config_from(params)
+    say(ignored_flags(params, compare, sweep_rate, as_json))
+    config = config_from({k: v for k, v in params.items() if not (compare and k == "mode")})
     if sweep_rate:
         click.echo(sweep_rates(config, sweep_rate, compare))
         return

@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kvcargo import __version__
 from kvcargo import catalog as catalog_mod
-from kvcargo.config import DEFAULT_RATE, SimConfig
+from kvcargo.config import DEFAULT_RATE, SimConfig, notes
 from kvcargo.errors import KvcargoError, shown
 from kvcargo.params import MAX_PROMPT
 from kvcargo.web import checks, service
@@ -185,7 +185,8 @@ def create_app(max_requests: int = 20_000, timeout_s: float = 30.0, workers: int
 
     @app.post("/api/simulate")
     async def simulate(request: Request) -> Response:
-        """One simulation (``kvcargo simulate --json``) plus the page's table and plot data."""
+        """One simulation (``kvcargo simulate --json``) plus the page's table and plot data, and
+        ``notes``: what the run ignores or clips of the parameters (as the command says on stderr)."""
         body = await _read_json(request)
         if not isinstance(body, dict):
             return _error(400, "the body must be a JSON object of simulation parameters")
@@ -200,7 +201,7 @@ def create_app(max_requests: int = 20_000, timeout_s: float = 30.0, workers: int
             return _error(500, f"the simulation failed: {exc}")
         except KvcargoError as exc:  # found by the run itself
             raise checks.with_field(exc, config) from None
-        return JSONResponse(payload)
+        return JSONResponse({**payload, "notes": notes(config)})
 
     return app
 
