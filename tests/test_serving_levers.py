@@ -219,9 +219,9 @@ def test_swap_in_and_out_for_ever_at_one_instant_is_refused() -> None:
     back in at the same instant, and so on: the rules of §3.2–§3.3 never advance the clock (the
     spec-only serving oracle spins there). The run stops with a one-line error, compiled or not,
     instead of filling the span table (an IndexError) or spinning."""
-    args = ["--model", "opt-13b", "--device", "a100-40g", "--kv-policy", "paged", "--preemption", "swap",
-            "--kv-block-size", "256", "--prompt", "3000", "--prompt-cv", "1", "--output", "338", "--output-cv", "1",
-            "--rate", "8", "--requests", "20", "--summary-only"]
+    kw = {"model": "opt-13b", "device": "a100-40g", "kv_policy": "paged", "preemption": "swap", "kv_block_size": 256,
+          "prompt": 3000.0, "prompt_cv": 1.0, "output": 338.0, "output_cv": 1.0, "rate": 8.0, "requests": 20}
+    args = [x for k, v in kw.items() for x in (f"--{k.replace('_', '-')}", str(v))] + ["--summary-only"]
     for jit in ("0", "1"):
         p = subprocess.run([sys.executable, "-m", "kvcargo", "simulate", *args], capture_output=True, text=True,
                            env={**os.environ, "KVCARGO_JIT": jit}, timeout=600)
@@ -232,8 +232,7 @@ def test_swap_in_and_out_for_ever_at_one_instant_is_refused() -> None:
                         "in and out at that instant for ever: use --preemption recompute, more decode memory or "
                         "fewer tokens per request")
         assert "Traceback" not in p.stderr
-    recompute = simulate(SimConfig.build(**{a[2:].replace("-", "_"): v for a, v in zip(args[:-1:2], args[1:-1:2])}
-                                         | {"preemption": "recompute"})).summary
+    recompute = simulate(SimConfig.build(**{**kw, "preemption": "recompute"})).summary
     assert recompute["completed"] == 20 and recompute["preemptions"] > 0
 
 
