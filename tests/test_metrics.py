@@ -129,6 +129,22 @@ def test_link_waiting_time_matches_md1(tmp_path) -> None:  # type: ignore[no-unt
     assert (out.prefill_start == out.arrival).mean() > 0.95  # the prefill rarely queues
 
 
+def test_layerwise_link_wait_is_never_negative() -> None:
+    """Streamed layer by layer, a hand-off's first slice leaves before the first token: that is
+    no wait (as in the kv_wait stage), not a negative one. The summary's mean wait and the link
+    plot's queue (Little's law) both count only the time after the first token."""
+    from kvcargo.report.timeseries import plot_data
+
+    r = simulate(SimConfig.build(send="layerwise", link="eth-25g", requests=120, rate=8.0))
+    out, s = r.output, r.summary
+    early = out.kv_start < out.first_token
+    assert 0 < early.sum() < s["transfers"]  # some start inside their prefill step, some queue
+    wait = np.maximum(out.kv_start - out.first_token, 0.0)
+    assert s["link_mean_wait_s"] == exact_sum(wait) / s["transfers"] > 0.0
+    queue = plot_data(r)["link"]["queue"]
+    assert np.mean(queue) * s["horizon_s"] == pytest.approx(s["link_mean_wait_s"] * s["transfers"], rel=1e-9)
+
+
 SUMMARY_100 = {
     "completed": 100, "rejected": 0, "horizon_s": 14.681334589434622, "ttft_p50": 0.07190536405299897,
     "ttft_p99": 0.2716267887554697, "tpot_p50": 0.008065879774491962, "tpot_p99": 0.008692450981690691,

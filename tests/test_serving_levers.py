@@ -247,6 +247,29 @@ def test_impossible_flags_are_refused(args: list[str], needle: str) -> None:
     assert len(p.stderr.strip().splitlines()) == 1
 
 
+def test_swap_in_and_out_for_ever_at_one_instant_is_refused() -> None:
+    """A decode instance whose only running row is a swapped-in request that finds no block for
+    its next token (hand-offs in flight hold the rest) swaps it out, has nothing to step, swaps it
+    back in at the same instant, and so on: the rules of §3.2–§3.3 never advance the clock (the
+    spec-only serving oracle spins there). The run stops with a one-line error, compiled or not,
+    instead of filling the span table (an IndexError) or spinning."""
+    kw = {"model": "opt-13b", "device": "a100-40g", "kv_policy": "paged", "preemption": "swap", "kv_block_size": 256,
+          "prompt": 3000.0, "prompt_cv": 1.0, "output": 338.0, "output_cv": 1.0, "rate": 8.0, "requests": 20}
+    args = [x for k, v in kw.items() for x in (f"--{k.replace('_', '-')}", str(v))] + ["--summary-only"]
+    for jit in ("0", "1"):
+        p = subprocess.run([sys.executable, "-m", "kvcargo", "simulate", *args], capture_output=True, text=True,
+                           env={**os.environ, "KVCARGO_JIT": jit}, timeout=600)
+        assert p.returncode == 2 and p.stdout == ""
+        line = p.stderr.strip().splitlines()[-1]  # a compiling run says so first
+        assert line == ("kvcargo: error: the run cannot go on: at 5.72727 s a swapped-out request's next KV block "
+                        "never fits while hand-offs in flight hold the rest of the decode memory, so it is swapped "
+                        "in and out at that instant for ever: use --preemption recompute, more decode memory or "
+                        "fewer tokens per request")
+        assert "Traceback" not in p.stderr
+    recompute = simulate(SimConfig.build(**{**kw, "preemption": "recompute"})).summary
+    assert recompute["completed"] == 20 and recompute["preemptions"] > 0
+
+
 def test_trace_block_ids_share_prefixes() -> None:
     """A Mooncake trace's block ids become prefix chains: shared leading blocks are hits."""
     trace = Path(__file__).resolve().parent / "data" / "traces" / "mooncake_conversation.jsonl"

@@ -288,7 +288,9 @@ class RequestFigures:
             full = out.wire_bytes[moved]
             self.sums["wire"].add(full * out.send_fraction[moved])
             self.sums["full"].add(full)
-            self.sums["link_wait"].add((out.kv_start - handoff_start(out))[moved])
+            # streamed layer by layer, a hand-off's first slice can leave before the first token:
+            # its wait is 0, as in the kv_wait stage
+            self.sums["link_wait"].add(np.maximum(out.kv_start - handoff_start(out), 0.0)[moved])
             self.moved += int(np.count_nonzero(moved))
             self.transit_bound += int(np.count_nonzero(out.transit_bound[moved]))
         held = max(0, min(len(done), self.zone - (self.completed - len(done))))

@@ -111,6 +111,7 @@ from kvcargo.engine.sched_state import (
     LAST,
     LAST_STEP,
     LINK_RELEASE,
+    LIVELOCK,
     LOG_END,
     LOG_FULL,
     LOG_INST,
@@ -156,6 +157,7 @@ from kvcargo.engine.sched_state import (
     STEP_KIND,
     STEPS,
     SUCC,
+    SW_HEAD,
     SW_LEN,
     THINK,
     TOK,
@@ -585,9 +587,11 @@ def boundary(st, d):
 
 @kernel(inline=True)
 def begin(st, d):
-    """One pass of the instance's loop (§2.2): start a step, or sleep."""
+    """One pass of the instance's loop (§2.2): start a step, or sleep (or stop the run: -2)."""
     kind = _next_step(st, d)
-    if kind < 0:
+    if kind == -2:
+        st.g[G_STOP] = 2
+    elif kind < 0:
         st.ii[d, STATE] = SLEEPING
     else:
         start_step(st, d, kind)
@@ -595,10 +599,18 @@ def begin(st, d):
 
 @kernel(inline=True)
 def _next_step(st, d):
-    """Loop until a step is chosen (its kind, its rows in the snapshot) or the instance has
-    nothing to do (-1)."""
+    """Loop until a step is chosen (its kind, its rows in the snapshot), the instance has
+    nothing to do (-1) or it would loop for ever (-2).
+
+    A pass without a step preempted every running row. With swap, the next pass at this same
+    instant swaps them back in; if the first of them still finds no block for its next token,
+    the pass ends as the last one did. Its memory, swapped and waiting rows as after the last
+    pass (nothing joined, nothing grew) mean every later pass repeats it: the companion's loop
+    spins at this instant for ever (a decode instance whose other memory is held by hand-offs in
+    flight, which land only later)."""
     policy = st.cfg[C_POLICY]
     role = st.ii[d, ROLE]
+    seen = (-1, -1, -1, -1, -1)
     while True:
         st.ii[d, N_DEC] = 0
         st.ii[d, N_CHUNK] = 0
@@ -615,6 +627,10 @@ def _next_step(st, d):
                 return -1
         if decode_rows(st, d):  # decode-priority with rows running, or no prompt admitted
             return DECODE_STEP
+        state = (st.ii[d, USED], st.ii[d, SW_HEAD], st.ii[d, SW_LEN], st.ii[d, Q_LEN], st.ii[d, L_LEN])
+        if state == seen:
+            return -2
+        seen = state
 
 
 @kernel(inline=True)
@@ -711,7 +727,8 @@ def step_end(st, d):
 @kernel(refcounts=False)
 def run_events(st):
     """Simulate until every request is settled (FINISHED), a table is full (grow it and call
-    again: it resumes where it paused) or no event is left (STALLED)."""
+    again: it resumes where it paused), no event is left (STALLED) or an instance would pass
+    without a step for ever (LIVELOCK)."""
     if st.g[G_SEQ] == 0:  # a fresh run: every instance's loop starts (urgent), then the arrivals
         for d in range(st.ii.shape[0]):
             schedule(st, 0.0, URGENT, WAKE, d)
@@ -745,4 +762,4 @@ def run_events(st):
             link_trigger(st)
         else:
             transfer_event(st, kind, idx)
-    return FINISHED
+    return FINISHED if st.g[G_STOP] == 1 else LIVELOCK

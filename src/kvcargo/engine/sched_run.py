@@ -137,6 +137,11 @@ def simulate_arrays(st: S.SchedState) -> S.SchedState:
             left = len(st.ri) - int(st.g[S.G_DONE]) - int(st.g[S.G_REJ])
             raise KvcargoError(f"the run stalled with {left} requests unserved (no KV memory ever frees for "
                                "them): give the instances more memory or fewer tokens per request")
+        if code == S.LIVELOCK:
+            raise KvcargoError(f"the run cannot go on: at {float(st.gf[S.F_NOW]):.6g} s a swapped-out request's next KV "
+                               "block never fits while hand-offs in flight hold the rest of the decode memory, so it "
+                               "is swapped in and out at that instant for ever: use --preemption recompute, more "
+                               "decode memory or fewer tokens per request")
         st = S.grown(st, code)
     return st
 

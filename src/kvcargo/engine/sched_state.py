@@ -19,8 +19,9 @@ from kvcargo.engine.layout import Table, publish
 # Event kinds; the heap orders (time, priority, sequence) as SimPy does.
 ARRIVE, WAKE, STEP_END, XFER_INIT, XFER_GRANT, XFER_DONE, LINK_RELEASE, TURN = range(8)
 URGENT, NORMAL = 0, 1
-# What the loop returns: every request settled, or a table is full (grow it, call again).
-FINISHED, EVENTS_FULL, LOG_FULL, RUNS_FULL, SPANS_FULL, STALLED = range(6)
+# What the loop returns: every request settled, or a table is full (grow it, call again), or the
+# run cannot go on (no event left; an instance that would repeat one pass without a step for ever).
+FINISHED, EVENTS_FULL, LOG_FULL, RUNS_FULL, SPANS_FULL, STALLED, LIVELOCK = range(7)
 
 # Roles, policies, KV policies, instance states, step kinds, span kinds.
 COLOCATED, PREFILL, DECODE = range(3)

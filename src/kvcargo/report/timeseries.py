@@ -58,19 +58,21 @@ def interval_series(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> np
     return np.maximum(np.diff(area) / np.diff(edges), 0.0)  # a count: no rounding below zero
 
 
-def link_series(first_token: np.ndarray, kv_start: np.ndarray, kv_ready: np.ndarray, horizon: float,
+def link_series(ready: np.ndarray, kv_start: np.ndarray, kv_ready: np.ndarray, horizon: float,
                 channels: int, bins: int = 200) -> dict[str, Any]:
     """The KV link over ``[0, horizon]`` in ``bins`` equal bins.
 
     ``t``: bin centres (s); ``busy``: mean fraction of the ``channels`` in use; ``queue``: mean
-    number of hand-offs waiting for a channel (first token emitted, transfer not started).
+    number of hand-offs waiting for a channel (``ready``: when each could start, see
+    :func:`kvcargo.metrics.handoff_start`; a layer-wise one whose first slice left earlier never
+    waits).
     """
     if bins < 1:
         raise ValueError("bins must be at least 1")
     horizon = float(horizon) if horizon > 0 else 1.0
     edges = np.linspace(0.0, horizon, bins + 1)
     busy = interval_series(kv_start, kv_ready, edges) / channels
-    queue = interval_series(first_token, kv_start, edges)
+    queue = interval_series(ready, np.fmax(kv_start, ready), edges)
     return {
         "t": ((edges[:-1] + edges[1:]) / 2).tolist(),
         "bin_s": horizon / bins,
@@ -93,11 +95,13 @@ def latency_samples(result: SimResult) -> dict[str, np.ndarray]:
 def plot_data(result: SimResult, bins: int = 200) -> dict[str, Any]:
     """What the web page plots for one run: ``cdf`` (percentiles and each latency's quantiles,
     seconds) and ``link`` (see :func:`link_series`)."""
+    from kvcargo.metrics import handoff_start
+
     out = result.output
     res = out.resolved
     cdf: dict[str, Any] = {"percentiles": CDF_PERCENTILES.tolist()}
     cdf |= {k: latency_cdf(v) for k, v in latency_samples(result).items()}
     return {
         "cdf": cdf,
-        "link": link_series(out.first_token, out.kv_start, out.kv_ready, out.horizon, res.channels, bins),
+        "link": link_series(handoff_start(out), out.kv_start, out.kv_ready, out.horizon, res.channels, bins),
     }
