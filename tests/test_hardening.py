@@ -112,6 +112,24 @@ def _needs(name: str) -> dict:
             "instances": {"mode": "colocated"}}.get(name, {})
 
 
+def test_a_run_larger_than_memory_gets_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """numpy's allocation error (a trace output of 10^12 tokens asked 1.8 TiB for the step log)
+    is one line and exit 2, as an absurd size is bad input."""
+    import kvcargo.simulation
+    from kvcargo.cli import main
+
+    def too_large(*args: object, **kwargs: object) -> None:
+        np.empty(2**57, dtype=np.int8)  # 128 PiB: beyond any address space
+
+    monkeypatch.setattr(kvcargo.simulation, "simulate", too_large)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["simulate"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("kvcargo: error: out of memory: the run is larger than this machine can hold")
+
+
 def test_default_run_is_unchanged_by_the_checks() -> None:
     s = simulate(SimConfig()).summary
     assert s["ttft_p99"] == 0.3536255769527793 and s["clipped_prompts"] == 0
