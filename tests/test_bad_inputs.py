@@ -309,7 +309,19 @@ CLI_CASES = [
     ('plan --gpus 4 --rate nan', '--rate nan is out of range: 1e-06 to 1,000,000 (slower, the'),
     ('simulate --workload-file {hugeprompt} --model llama3-70b --devices-per-instance 2', "request 0's prompt of 100,000,000,000 tokens is above 2,600,"),
     ('handoff --model deepseek-v3 --prompt 4000000 --devices-per-instance 16', '--prompt of 4,000,000 tokens is above 3,206,014, the most on'),
-    ('simulate --model mistral-7b-swa --token-budget 6000000', '--token-budget of 6,000,000 tokens is above 5,904,579, the m'),]
+    ('simulate --model mistral-7b-swa --token-budget 6000000', '--token-budget of 6,000,000 tokens is above 5,904,579, the m'),
+    ('handoff --catalog {binary}', 'catalog file {dir}/in/bin.csv: not UTF-8 text (a TOML file is expected)'),
+    ('catalog --catalog {deeptoml}', 'catalog file {dir}/in/d.toml: not valid TOML (nested too deeply)'),
+    ('sweep {deeptoml}', "sweep file '{dir}/in/d.toml': not valid TOML (nested too deeply)"),
+    ('simulate --workload-file {deepjson}', 'd.json: line 1: not valid JSON (nested too deeply; a row is an object'),
+    ('trace-stats {deepjson}', 'd.json: line 1: not valid JSON (nested too deeply; a row is an object'),
+    ('simulate --workload-file {int64prompt}', 'line 2: prompt length of 9,223,372,036,854,775,808 tokens does not fit a 64-bit'),
+    ('simulate --workload-file {hugeoutput}', "request 1's output of 1,000,000,000,000 tokens is above 16,777,216, the most"),
+    ('simulate --workload-file {bighash}', 'line 1: hash_ids must be a list of whole numbers that fit a 64-bit integer'),
+    ('simulate --max-num-batched-tokens 99999999999999999999', '--max-num-batched-tokens 1e+20 is out of range: 1 to 16,777,216'),
+    ('simulate --max-num-batched-tokens 10000000', '--max-num-batched-tokens of 10,000,000 tokens is above 5,903,082, the most'),
+    ('capacity --rtol 1e-300', '--rtol 1e-300 is below 1e-06: each halving of the bracket is one more simulation'),
+    ('plan --gpus 4 --rtol 1e-9', '--rtol 1e-09 is below 1e-06'),]
 
 
 @pytest.fixture(scope="module")

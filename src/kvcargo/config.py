@@ -480,7 +480,8 @@ def resolve(config: SimConfig, workload: Workload | None = None) -> Resolved:
             compression = None  # nothing to do on the GPU, and no in-transit stage either
     if workload is None:
         workload = load_workload(c)
-    check_workload(model.key, model_coefficients(model)[0], workload, c.token_budget)
+    check_workload(model.key, model_coefficients(model)[0], workload,
+                   {"--token-budget": c.token_budget, "--max-num-batched-tokens": c.max_num_batched_tokens})
     if c.decode_prefix_cache and workload.block_ids is None:
         raise KvcargoError("--decode-prefix-cache needs prompt block ids: replay a trace that has them "
                            "(Mooncake's hash_ids) with --workload-file")
