@@ -130,6 +130,22 @@ def test_a_run_larger_than_memory_gets_one_line(monkeypatch: pytest.MonkeyPatch,
     assert err.startswith("kvcargo: error: out of memory: the run is larger than this machine can hold")
 
 
+def test_a_run_where_every_request_is_rejected_shows_no_nan(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """One request whose KV (10^7 tokens, 1.3 TB) never fits: nothing completes, so rates and
+    energy per token are undefined; the report shows "—" (it printed "nan") and numpy's divide
+    warnings no longer reach stderr."""
+    from kvcargo.cli import main
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival,prompt_len,output_len\n0,10,10000000\n", encoding="utf-8")
+    main(["simulate", "--workload-file", str(trace)])
+    out, err = capsys.readouterr()
+    assert "completed 0 of 1 requests (1 rejected: KV never fits)" in out
+    assert "nan" not in out.lower() and err == ""
+    assert "goodput — req/s" in out and "— J per output token" in out
+
+
 def test_default_run_is_unchanged_by_the_checks() -> None:
     s = simulate(SimConfig()).summary
     assert s["ttft_p99"] == 0.3536255769527793 and s["clipped_prompts"] == 0
