@@ -321,7 +321,9 @@ CLI_CASES = [
     ('simulate --max-num-batched-tokens 99999999999999999999', '--max-num-batched-tokens 1e+20 is out of range: 1 to 16,777,216'),
     ('simulate --max-num-batched-tokens 10000000', '--max-num-batched-tokens of 10,000,000 tokens is above 5,903,082, the most'),
     ('capacity --rtol 1e-300', '--rtol 1e-300 is below 1e-06: each halving of the bracket is one more simulation'),
-    ('plan --gpus 4 --rtol 1e-9', '--rtol 1e-09 is below 1e-06'),]
+    ('plan --gpus 4 --rtol 1e-9', '--rtol 1e-09 is below 1e-06'),
+    ('simulate --model mixtral-8x7b --devices-per-instance 2 --tp 2 --ep 2 --expert-imbalance 1e300',
+     '--expert-imbalance 1e+300 is above --ep 2: the busiest of 2 GPUs holds at most all'),]
 
 
 @pytest.fixture(scope="module")
