@@ -323,7 +323,9 @@ CLI_CASES = [
     ('capacity --rtol 1e-300', '--rtol 1e-300 is below 1e-06: each halving of the bracket is one more simulation'),
     ('plan --gpus 4 --rtol 1e-9', '--rtol 1e-09 is below 1e-06'),
     ('simulate --model mixtral-8x7b --devices-per-instance 2 --tp 2 --ep 2 --expert-imbalance 1e300',
-     '--expert-imbalance 1e+300 is above --ep 2: the busiest of 2 GPUs holds at most all'),]
+     '--expert-imbalance 1e+300 is above --ep 2: the busiest of 2 GPUs holds at most all'),
+    ('simulate --speculative llama3.2-1b --spec-seed 99999999999999999999',
+     'invalid --spec-seed (got 99999999999999999999): Input should be less than or equal to 9223372036854775807'),]
 
 
 @pytest.fixture(scope="module")

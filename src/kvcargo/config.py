@@ -19,7 +19,7 @@ from kvcargo.cost import LmHead, Pool, model_coefficients, require_fit
 from kvcargo.errors import KvcargoError
 from kvcargo.formats import require_units
 from kvcargo.levers import Levers, lever_model, resolve_levers
-from kvcargo.limits import REFERENCE_MAX_LENGTH, check_ranges, check_workload, number
+from kvcargo.limits import INT64_MAX, REFERENCE_MAX_LENGTH, check_ranges, check_workload, number
 from kvcargo.params import (
     CostModel,
     Count,
@@ -210,7 +210,7 @@ class SimConfig(BaseModel):
     """Drafted tokens per verify pass (default 3; needs --speculative)."""
     alpha: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
     """Acceptance probability of each drafted token (default 0.7; needs --speculative)."""
-    spec_seed: int | None = None
+    spec_seed: Annotated[int, Field(ge=-INT64_MAX - 1, le=INT64_MAX)] | None = None
     """Seed of the acceptance draws (default 0; needs --speculative)."""
     transit_ops_per_byte: Positive | None = None
     """In-transit codec compute budget per line byte (default 1.6; needs --kv-compress in transit)."""
