@@ -325,7 +325,17 @@ CLI_CASES = [
     ('simulate --model mixtral-8x7b --devices-per-instance 2 --tp 2 --ep 2 --expert-imbalance 1e300',
      '--expert-imbalance 1e+300 is above --ep 2: the busiest of 2 GPUs holds at most all'),
     ('simulate --speculative llama3.2-1b --spec-seed 99999999999999999999',
-     'invalid --spec-seed (got 99999999999999999999): Input should be less than or equal to 9223372036854775807'),]
+     'invalid --spec-seed (got 99999999999999999999): Input should be less than or equal to 9223372036854775807'),
+    ('simulate --kv-policy paged --kv-block-size 99999999999999999999', '--kv-block-size 1e+20 is out of range: 1 to 16,777,216'),
+    ('simulate --kv-policy max --max-seq-len 99999999999999999999', '--max-seq-len 1e+20 is out of range: 1 to 16,777,216'),
+    ('simulate --system-prompts 2 --system-len 99999999999999999999', '--system-len 1e+20 is out of range: 0 to 16,777,216'),
+    ('simulate --model llama3-8b-ced --ced-replay 99999999999999999999', '--ced-replay 1e+20 is out of range: 1 to 16,777,216'),
+    ('simulate --requests 20 --model llama3-8b-hyena --device optical-fft --ft-mask-rate 1e-9',
+     'the simulated clock reached 2.96e+12 s, beyond 1e+09 s (about 32 years)'),
+    ('simulate --requests 20 --turns 2 --think 1e300', 's, beyond 1e+09 s (about 32 years), where float64 seconds'),
+    ('simulate --requests 20 --model llama3-8b-hyena --fft-efficiency 1e-300', 'the simulated clock reached inf s'),
+    ('simulate --requests 20 --model llama3-8b-hyena --device optical-fft --ft-samples-per-s 1e300',
+     'a die of 3e+288 mm² does not fit a 300 mm wafer, so it has no silicon cost'),]
 
 
 @pytest.fixture(scope="module")

@@ -109,7 +109,9 @@ def _needs(name: str) -> dict:
     return {"kv_keep": {"kv_compress": "freq-keep-k"}, "kv_ratio": {"kv_compress": "ratio"},
             "layer_groups": {"send": "layerwise"}, "nics_per_instance": {"topology": "nic"},
             "domain_size": {"topology": "nvlink-domain"}, "time_scale": {"workload_file": "azure-code-2023"},
-            "instances": {"mode": "colocated"}}.get(name, {})
+            "instances": {"mode": "colocated"}, "kv_block_size": {"kv_policy": "paged"},
+            "max_seq_len": {"kv_policy": "max"}, "system_len": {"system_prompts": 2},
+            "ced_replay": {"model": "llama3-8b-ced"}}.get(name, {})
 
 
 def test_a_run_larger_than_memory_gets_one_line(monkeypatch: pytest.MonkeyPatch,

@@ -58,6 +58,7 @@ class Bound:
 
 _MACHINE = "a typo must not exhaust the machine"
 _SCALE_UP = "beyond any scale-up domain (NVL72, NVL576)"
+_LONGEST = "more tokens than the longest length --max-length allows"
 RANGES: Mapping[str, Bound] = {
     "devices_per_instance": Bound(1, 1024, _SCALE_UP),
     "prefill_devices_per_instance": Bound(1, 1024, _SCALE_UP),
@@ -88,6 +89,10 @@ RANGES: Mapping[str, Bound] = {
     "nics_per_instance": Bound(1, 64, _MACHINE),
     "domain_size": Bound(1, 100_000, _MACHINE),
     "max_length": Bound(1, 2**24, "one prompt's prefill FLOPs must fit a 64-bit integer"),
+    "kv_block_size": Bound(1, 2**24, _LONGEST),
+    "max_seq_len": Bound(1, 2**24, _LONGEST),
+    "system_len": Bound(0, 2**24, _LONGEST),
+    "ced_replay": Bound(1, 2**24, _LONGEST),
     "ft_enob": Bound(-64, 64, "converter energy 2^ENOB and passes 4^(11 − ENOB) leave any physical meaning"),
 }
 """Ranges on top of each field's type (positive, whole, ...), keyed by configuration field."""
