@@ -335,7 +335,9 @@ CLI_CASES = [
     ('simulate --requests 20 --turns 2 --think 1e300', 's, beyond 1e+09 s (about 32 years), where float64 seconds'),
     ('simulate --requests 20 --model llama3-8b-hyena --fft-efficiency 1e-300', 'the simulated clock reached inf s'),
     ('simulate --requests 20 --model llama3-8b-hyena --device optical-fft --ft-samples-per-s 1e300',
-     'a die of 3e+288 mm² does not fit a 300 mm wafer, so it has no silicon cost'),]
+     'a die of 3e+288 mm² does not fit a 300 mm wafer, so it has no silicon cost'),
+    ('handoff --kv-compress fp8 --transit-ops-per-byte 5e-324', '--transit-ops-per-byte 4.94066e-324 is out of range: 1e-06 to 1,0'),
+    ('simulate --kv-compress fp8 --transit-pj-per-bit 1e308', '--transit-pj-per-bit 1e+308 is out of range: at most 1,000,000'),]
 
 
 @pytest.fixture(scope="module")

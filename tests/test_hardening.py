@@ -111,7 +111,8 @@ def _needs(name: str) -> dict:
             "domain_size": {"topology": "nvlink-domain"}, "time_scale": {"workload_file": "azure-code-2023"},
             "instances": {"mode": "colocated"}, "kv_block_size": {"kv_policy": "paged"},
             "max_seq_len": {"kv_policy": "max"}, "system_len": {"system_prompts": 2},
-            "ced_replay": {"model": "llama3-8b-ced"}}.get(name, {})
+            "ced_replay": {"model": "llama3-8b-ced"}, "transit_ops_per_byte": {"kv_compress": "fp8"},
+            "transit_pj_per_bit": {"kv_compress": "fp8"}}.get(name, {})
 
 
 def test_a_run_larger_than_memory_gets_one_line(monkeypatch: pytest.MonkeyPatch,
@@ -146,6 +147,16 @@ def test_a_run_where_every_request_is_rejected_shows_no_nan(tmp_path: Path,
     assert "completed 0 of 1 requests (1 rejected: KV never fits)" in out
     assert "nan" not in out.lower() and err == ""
     assert "goodput — req/s" in out and "— J per output token" in out
+
+
+def test_a_scheduled_run_where_every_request_is_rejected_shows_no_nan(capsys: pytest.CaptureFixture[str]) -> None:
+    """KV blocks of a million tokens: no request ever fits, the scheduler block has no mean."""
+    from kvcargo.cli import main
+
+    main(["simulate", "--requests", "20", "--kv-policy", "paged", "--kv-block-size", "1000000"])
+    out = capsys.readouterr().out
+    assert "completed 0 of 20 requests (20 rejected: KV never fits)" in out
+    assert "mean running — rows" in out and "nan" not in out.lower()
 
 
 def test_default_run_is_unchanged_by_the_checks() -> None:
