@@ -93,6 +93,7 @@ RANGES: Mapping[str, Bound] = {
     "max_seq_len": Bound(1, 2**24, _LONGEST),
     "system_len": Bound(0, 2**24, _LONGEST),
     "ced_replay": Bound(1, 2**24, _LONGEST),
+    "think": Bound(0, 1e9, "the clock's range"),
     "transit_ops_per_byte": Bound(1e-6, 1e6, "a millionth of the default budget or a million times it"),
     "transit_pj_per_bit": Bound(None, 1e6, "a microjoule per bit, far above any codec"),
     "ft_enob": Bound(-64, 64, "converter energy 2^ENOB and passes 4^(11 − ENOB) leave any physical meaning"),
