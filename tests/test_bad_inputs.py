@@ -330,14 +330,17 @@ CLI_CASES = [
     ('simulate --kv-policy max --max-seq-len 99999999999999999999', '--max-seq-len 1e+20 is out of range: 1 to 16,777,216'),
     ('simulate --system-prompts 2 --system-len 99999999999999999999', '--system-len 1e+20 is out of range: 0 to 16,777,216'),
     ('simulate --model llama3-8b-ced --ced-replay 99999999999999999999', '--ced-replay 1e+20 is out of range: 1 to 16,777,216'),
-    ('simulate --requests 20 --model llama3-8b-hyena --device optical-fft --ft-mask-rate 1e-9',
-     'the simulated clock reached 2.96e+12 s, beyond 1e+09 s (about 32 years)'),
+    ('simulate --requests 20 --model llama3-8b-hyena --device optical-fft --ft-mask-rate 1e-6',
+     'the simulated clock reached 2.96e+09 s, beyond 1e+09 s (about 32 years)'),
     ('simulate --requests 20 --turns 2 --think 1e300', '--think 1e+300 is out of range: 0 to 1,000,000,000 (the clock'),
     ('simulate --requests 20 --turns 2 --think 1e9', 's, beyond 1e+09 s (about 32 years), where float64 seconds'),
-    ('simulate --requests 20 --model llama3-8b-hyena --fft-efficiency 1e-300', 'the simulated clock reached inf s'),
     ('simulate --requests 20 --model llama3-8b-hyena --device optical-fft --ft-samples-per-s 1e300',
      'a die of 3e+288 mm² does not fit a 300 mm wafer, so it has no silicon cost'),
     ('handoff --kv-compress fp8 --transit-ops-per-byte 5e-324', '--transit-ops-per-byte 4.94066e-324 is out of range: 1e-06 to 1,0'),
+    ('simulate --model llama3-8b-hyena --fft-efficiency 5e-324', '--fft-efficiency 4.94066e-324 is out of range: at least 1e-06'),
+    ('simulate --model llama3-8b-hyena --device optical-fft --ft-static-w 1e308', '--ft-static-w 1e+308 is out of range: at most 100,000'),
+    ('simulate --model llama3-8b-hyena --device optical-fft --ft-samples-per-s 1e-300', '--ft-samples-per-s 1e-300 is out of range: at least 1'),
+    ('simulate --model llama3-8b-hyena --device optical-fft --ft-mask-rate 1e-300', '--ft-mask-rate 1e-300 is out of range: at least 1e-06'),
     ('simulate --kv-compress fp8 --transit-pj-per-bit 1e308', '--transit-pj-per-bit 1e+308 is out of range: at most 1,000,000'),]
 
 

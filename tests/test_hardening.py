@@ -112,7 +112,8 @@ def _needs(name: str) -> dict:
             "instances": {"mode": "colocated"}, "kv_block_size": {"kv_policy": "paged"},
             "max_seq_len": {"kv_policy": "max"}, "system_len": {"system_prompts": 2},
             "ced_replay": {"model": "llama3-8b-ced"}, "transit_ops_per_byte": {"kv_compress": "fp8"},
-            "transit_pj_per_bit": {"kv_compress": "fp8"}, "think": {"turns": 2}}.get(name, {})
+            "transit_pj_per_bit": {"kv_compress": "fp8"}, "think": {"turns": 2},
+            "fft_efficiency": {"model": "llama3-8b-hyena"}, "ft_static_w": {"device": "optical-fft"}}.get(name, {})
 
 
 def test_a_run_larger_than_memory_gets_one_line(monkeypatch: pytest.MonkeyPatch,

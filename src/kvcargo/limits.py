@@ -96,6 +96,10 @@ RANGES: Mapping[str, Bound] = {
     "think": Bound(0, 1e9, "the clock's range"),
     "transit_ops_per_byte": Bound(1e-6, 1e6, "a millionth of the default budget or a million times it"),
     "transit_pj_per_bit": Bound(None, 1e6, "a microjoule per bit, far above any codec"),
+    "fft_efficiency": Bound(1e-6, None, "below a millionth of the matmul rate a step outlasts the clock"),
+    "ft_static_w": Bound(None, 1e5, "far above any device's TDP"),
+    "ft_mask_rate": Bound(1e-6, None, "slower, one rewrite outlasts the clock"),
+    "ft_samples_per_s": Bound(1, None, "slower, one step outlasts the clock"),
     "ft_enob": Bound(-64, 64, "converter energy 2^ENOB and passes 4^(11 − ENOB) leave any physical meaning"),
 }
 """Ranges on top of each field's type (positive, whole, ...), keyed by configuration field."""
