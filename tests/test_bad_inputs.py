@@ -341,6 +341,7 @@ CLI_CASES = [
     ('simulate --model llama3-8b-hyena --device optical-fft --ft-static-w 1e308', '--ft-static-w 1e+308 is out of range: at most 100,000'),
     ('simulate --model llama3-8b-hyena --device optical-fft --ft-samples-per-s 1e-300', '--ft-samples-per-s 1e-300 is out of range: at least 1'),
     ('simulate --model llama3-8b-hyena --device optical-fft --ft-mask-rate 1e-300', '--ft-mask-rate 1e-300 is out of range: at least 1e-06'),
+    ('trace-stats {sametime} --bucket 5e-324', '--bucket 4.94066e-324 is below 1e-06 s: one arrival in it is a rate'),
     ('simulate --kv-compress fp8 --transit-pj-per-bit 1e308', '--transit-pj-per-bit 1e+308 is out of range: at most 1,000,000'),]
 
 
