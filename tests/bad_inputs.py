@@ -16,6 +16,12 @@ TEXT_FILES = {
     "negarrival": ("n.csv", "arrival,prompt_len,output_len\n-1,10,10\n"),
     "zerolen": ("z.csv", "arrival,prompt_len,output_len\n0,0,10\n"),
     "farfuture": ("far.csv", "arrival,prompt_len,output_len\n0,10,10\n1e12,10,10\n"),
+    "int64prompt": ("i.csv", "arrival,prompt_len,output_len\n0,9223372036854775808,10\n"),
+    "bighash": ("bh.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1, 99999999999999999999]}\n'),
+    "hugeoutput": ("o.csv", "arrival,prompt_len,output_len\n0,10,10\n1,10,1000000000000\n"),
+    "sametime": ("s.csv", "arrival,prompt_len,output_len\n0,10,10\n0,10,10\n"),
+    "deepjson": ("d.json", "[" * 100_000),
+    "deeptoml": ("d.toml", "a = " + "[" * 100_000),
 }
 
 

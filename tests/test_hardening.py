@@ -109,7 +109,55 @@ def _needs(name: str) -> dict:
     return {"kv_keep": {"kv_compress": "freq-keep-k"}, "kv_ratio": {"kv_compress": "ratio"},
             "layer_groups": {"send": "layerwise"}, "nics_per_instance": {"topology": "nic"},
             "domain_size": {"topology": "nvlink-domain"}, "time_scale": {"workload_file": "azure-code-2023"},
-            "instances": {"mode": "colocated"}}.get(name, {})
+            "instances": {"mode": "colocated"}, "kv_block_size": {"kv_policy": "paged"},
+            "max_seq_len": {"kv_policy": "max"}, "system_len": {"system_prompts": 2},
+            "ced_replay": {"model": "llama3-8b-ced"}, "transit_ops_per_byte": {"kv_compress": "fp8"},
+            "transit_pj_per_bit": {"kv_compress": "fp8"}, "think": {"turns": 2},
+            "fft_efficiency": {"model": "llama3-8b-hyena"}, "ft_static_w": {"device": "optical-fft"}}.get(name, {})
+
+
+def test_a_run_larger_than_memory_gets_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """numpy's allocation error (a trace output of 10^12 tokens asked 1.8 TiB for the step log)
+    is one line and exit 2, as an absurd size is bad input."""
+    import kvcargo.simulation
+    from kvcargo.cli import main
+
+    def too_large(*args: object, **kwargs: object) -> None:
+        np.empty(2**57, dtype=np.int8)  # 128 PiB: beyond any address space
+
+    monkeypatch.setattr(kvcargo.simulation, "simulate", too_large)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["simulate"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("kvcargo: error: out of memory: the run is larger than this machine can hold")
+
+
+def test_a_run_where_every_request_is_rejected_shows_no_nan(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """One request whose KV (10^7 tokens, 1.3 TB) never fits: nothing completes, so rates and
+    energy per token are undefined; the report shows "—" (it printed "nan") and numpy's divide
+    warnings no longer reach stderr."""
+    from kvcargo.cli import main
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival,prompt_len,output_len\n0,10,10000000\n", encoding="utf-8")
+    main(["simulate", "--workload-file", str(trace)])
+    out, err = capsys.readouterr()
+    assert "completed 0 of 1 requests (1 rejected: KV never fits)" in out
+    assert "nan" not in out.lower() and err == ""
+    assert "goodput — req/s" in out and "— J per output token" in out
+
+
+def test_a_scheduled_run_where_every_request_is_rejected_shows_no_nan(capsys: pytest.CaptureFixture[str]) -> None:
+    """KV blocks of a million tokens: no request ever fits, the scheduler block has no mean."""
+    from kvcargo.cli import main
+
+    main(["simulate", "--requests", "20", "--kv-policy", "paged", "--kv-block-size", "1000000"])
+    out = capsys.readouterr().out
+    assert "completed 0 of 20 requests (20 rejected: KV never fits)" in out
+    assert "mean running — rows" in out and "nan" not in out.lower()
 
 
 def test_default_run_is_unchanged_by_the_checks() -> None:

@@ -19,7 +19,7 @@ from kvcargo.cost import LmHead, Pool, model_coefficients, require_fit
 from kvcargo.errors import KvcargoError
 from kvcargo.formats import require_units
 from kvcargo.levers import Levers, lever_model, resolve_levers
-from kvcargo.limits import REFERENCE_MAX_LENGTH, check_ranges, check_workload, number
+from kvcargo.limits import INT64_MAX, REFERENCE_MAX_LENGTH, check_ranges, check_workload, number
 from kvcargo.params import (
     CostModel,
     Count,
@@ -210,7 +210,7 @@ class SimConfig(BaseModel):
     """Drafted tokens per verify pass (default 3; needs --speculative)."""
     alpha: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
     """Acceptance probability of each drafted token (default 0.7; needs --speculative)."""
-    spec_seed: int | None = None
+    spec_seed: Annotated[int, Field(ge=-INT64_MAX - 1, le=INT64_MAX)] | None = None
     """Seed of the acceptance draws (default 0; needs --speculative)."""
     transit_ops_per_byte: Positive | None = None
     """In-transit codec compute budget per line byte (default 1.6; needs --kv-compress in transit)."""
@@ -474,7 +474,8 @@ def resolve(config: SimConfig, workload: Workload | None = None) -> Resolved:
             compression = None  # nothing to do on the GPU, and no in-transit stage either
     if workload is None:
         workload = load_workload(c)
-    check_workload(model.key, model_coefficients(model)[0], workload, c.token_budget)
+    check_workload(model.key, model_coefficients(model)[0], workload,
+                   {"--token-budget": c.token_budget, "--max-num-batched-tokens": c.max_num_batched_tokens})
     if c.decode_prefix_cache and workload.block_ids is None:
         raise KvcargoError("--decode-prefix-cache needs prompt block ids: replay a trace that has them "
                            "(Mooncake's hash_ids) with --workload-file")

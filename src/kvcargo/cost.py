@@ -573,6 +573,9 @@ def silicon_cost_usd(device: Device) -> float | None:
 def _die_cost_usd(area: float) -> float:
     r = WAFER_DIAMETER_MM / 2
     dies = math.floor(math.pi * r * r / area - math.pi * WAFER_DIAMETER_MM / math.sqrt(2 * area))
+    if dies < 1:
+        raise KvcargoError(f"a die of {area:,.3g} mm² does not fit a {WAFER_DIAMETER_MM:g} mm wafer, so it has no "
+                           "silicon cost (an optical engine's --ft-samples-per-s sets its converters' area)")
     x = area / 100 * DEFECTS_PER_CM2
     t = -math.expm1(-x) / x  # not (1 − e^−x)/x, which differs in the last bit (§7)
     return WAFER_COST_USD / (dies * (t * t))

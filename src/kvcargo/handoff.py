@@ -223,7 +223,8 @@ def calculate_config(config: HandoffConfig, cat: Catalog | None = None) -> tuple
         if error:
             raise KvcargoError(error)
     check_ranges({"kv_keep": c.kv_keep, "kv_ratio": c.kv_ratio, "devices_per_instance": c.devices_per_instance,
-                  "layer_groups": c.layer_groups, "link_channels": c.link_channels})
+                  "layer_groups": c.layer_groups, "link_channels": c.link_channels,
+                  "transit_ops_per_byte": c.transit_ops_per_byte})
     weight_format, kv_format, compute_format = (f or "bf16" for f in (c.weight_format, c.kv_format, c.compute_format))
     if compute_format not in ("bf16", weight_format):
         raise KvcargoError("--compute-format must be bf16 (weight-only) or the weight format itself")

@@ -119,6 +119,9 @@ def _check_combinations(c: SimConfig, model: Model, layouts: dict[str, Layout | 
              or c.speculative is not None or bool(model.experts))
     if c.expert_imbalance is not None and not (model.experts and (c.ep or 1) > 1):
         raise KvcargoError("--expert-imbalance applies only to a mixture-of-experts model with --ep > 1")
+    if c.expert_imbalance is not None and c.expert_imbalance > (c.ep or 1):
+        raise KvcargoError(f"--expert-imbalance {c.expert_imbalance:g} is above --ep {c.ep}: the busiest of {c.ep} GPUs "
+                           "holds at most all the routed-expert work, ep times the mean")
     if c.fast and c.mode == "disagg" and lever:
         raise KvcargoError("--fast is the plain decode instance's fast path: not with parallelism, quantisation, "
                            "speculative decoding or mixture-of-experts models")

@@ -58,6 +58,7 @@ class Bound:
 
 _MACHINE = "a typo must not exhaust the machine"
 _SCALE_UP = "beyond any scale-up domain (NVL72, NVL576)"
+_LONGEST = "more tokens than the longest length --max-length allows"
 RANGES: Mapping[str, Bound] = {
     "devices_per_instance": Bound(1, 1024, _SCALE_UP),
     "prefill_devices_per_instance": Bound(1, 1024, _SCALE_UP),
@@ -81,11 +82,24 @@ RANGES: Mapping[str, Bound] = {
     "kv_ratio": Bound(1, 1000, "ten times beyond any published KV reduction"),
     "token_budget": Bound(1, 2**24, "one prefill step's FLOPs must fit a 64-bit integer (see also the model's "
                           "own limit)"),
+    "max_num_batched_tokens": Bound(1, 2**24, "one step's FLOPs must fit a 64-bit integer (see also the model's "
+                                    "own limit)"),
     "max_batch": Bound(1, 1_000_000, _MACHINE),
     "layer_groups": Bound(1, 4096, "more slices than any model has layers"),
     "nics_per_instance": Bound(1, 64, _MACHINE),
     "domain_size": Bound(1, 100_000, _MACHINE),
     "max_length": Bound(1, 2**24, "one prompt's prefill FLOPs must fit a 64-bit integer"),
+    "kv_block_size": Bound(1, 2**24, _LONGEST),
+    "max_seq_len": Bound(1, 2**24, _LONGEST),
+    "system_len": Bound(0, 2**24, _LONGEST),
+    "ced_replay": Bound(1, 2**24, _LONGEST),
+    "think": Bound(0, 1e9, "the clock's range"),
+    "transit_ops_per_byte": Bound(1e-6, 1e6, "a millionth of the default budget or a million times it"),
+    "transit_pj_per_bit": Bound(None, 1e6, "a microjoule per bit, far above any codec"),
+    "fft_efficiency": Bound(1e-6, None, "below a millionth of the matmul rate a step outlasts the clock"),
+    "ft_static_w": Bound(None, 1e5, "far above any device's TDP"),
+    "ft_mask_rate": Bound(1e-6, None, "slower, one rewrite outlasts the clock"),
+    "ft_samples_per_s": Bound(1, None, "slower, one step outlasts the clock"),
     "ft_enob": Bound(-64, 64, "converter energy 2^ENOB and passes 4^(11 − ENOB) leave any physical meaning"),
 }
 """Ranges on top of each field's type (positive, whole, ...), keyed by configuration field."""
@@ -127,15 +141,23 @@ def step_token_error(model_key: str, what: str, tokens: int, limit: int) -> Kvca
                         f"{model_key} can hold: its FLOP count would overflow a 64-bit integer")
 
 
-def check_workload(model_key: str, mi: np.ndarray, workload: Workload, token_budget: int) -> None:
-    """Refuse a run the cost model or the clock cannot represent: a prompt or a token budget whose
-    prefill FLOPs overflow, or arrivals beyond :data:`MAX_CLOCK_S`."""
+def check_workload(model_key: str, mi: np.ndarray, workload: Workload, budgets: Mapping[str, int | None]) -> None:
+    """Refuse a run the cost model or the clock cannot represent: a prompt or a step's token budget
+    (``budgets``: flag → value, None when not given) whose prefill FLOPs overflow, or arrivals
+    beyond :data:`MAX_CLOCK_S`."""
     limit = max_step_tokens(mi)
-    if token_budget > limit:
-        raise step_token_error(model_key, "--token-budget", token_budget, limit)
+    for flag, budget in budgets.items():
+        if budget is not None and budget > limit:
+            raise step_token_error(model_key, flag, budget, limit)
     longest = int(workload.prompt.argmax())
     if workload.prompt[longest] > limit:
         raise step_token_error(model_key, f"request {longest}'s prompt", int(workload.prompt[longest]), limit)
+    longest = int(workload.output.argmax())
+    most = int(RANGES["max_length"].hi)  # type: ignore[arg-type]
+    if workload.output[longest] > most:
+        raise KvcargoError(f"request {longest}'s output of {int(workload.output[longest]):,} tokens is above "
+                           f"{most:,}, the most a generated one may have (--max-length): every decode step is "
+                           "simulated, and the step log would not fit in memory")
     last = float(workload.arrival[-1])
     if last > MAX_CLOCK_S:
         raise KvcargoError(f"the last request arrives at {last:.3g} s, beyond {MAX_CLOCK_S:g} s (about 32 years), "

@@ -492,17 +492,21 @@ def _energy(out: EngineOutput, out_tokens: int) -> dict[str, float]:
     if out.swap_j:
         total += out.swap_j
     total += scale_up  # §7: optical static and conversions, in-transit, swap, then scale-up J
+
+    def share(x: float) -> float:  # NaN when nothing ran (every request rejected at time 0)
+        return x / total if total else math.nan
+
     if optical:
-        optical |= {"share_optical_static": optical["energy_optical_static_j"] / total,
-                    "share_optical_conversions": optical["energy_conversions_j"] / total}
+        optical |= {"share_optical_static": share(optical["energy_optical_static_j"]),
+                    "share_optical_conversions": share(optical["energy_conversions_j"])}
     return optical | {
-        "energy_scale_up_j": scale_up, "share_scale_up": scale_up / total,
+        "energy_scale_up_j": scale_up, "share_scale_up": share(scale_up),
         "energy_j": total,
         "energy_static_j": static, "energy_compute_j": compute, "energy_memory_j": memory,
         "energy_link_j": out.link_j, "energy_transit_j": out.transit_j,
-        "share_static": static / total, "share_compute": compute / total,
-        "share_memory": memory / total, "share_link": out.link_j / total,
-        "share_transit": out.transit_j / total,
+        "share_static": share(static), "share_compute": share(compute),
+        "share_memory": share(memory), "share_link": share(out.link_j),
+        "share_transit": share(out.transit_j),
         "j_per_token": total / out_tokens if out_tokens else math.nan,
         "tokens_per_j": out_tokens / total if total else math.nan,
         "avg_power_w": total / H if H > 0 else math.nan,

@@ -19,6 +19,8 @@ from kvcargo.ced import replay_on_decode
 from kvcargo.config import SimConfig, resolve
 from kvcargo.engine.cluster import EngineOutput, run
 from kvcargo.engine.state import REJECTED
+from kvcargo.errors import KvcargoError
+from kvcargo.limits import MAX_CLOCK_S
 from kvcargo.metrics import summarize
 from kvcargo.outputs import atomic_path
 from kvcargo.workload import Workload
@@ -98,4 +100,9 @@ def simulate(config: SimConfig | None = None, workload: Workload | str | None = 
         config = SimConfig.build(**overrides)
     elif overrides:
         config = config.replace(**overrides)
-    return SimResult(run(resolve(config, workload), fold_steps=summary_only))
+    out = run(resolve(config, workload), fold_steps=summary_only)
+    if not out.horizon <= MAX_CLOCK_S:  # (NaN too)
+        raise KvcargoError(f"the simulated clock reached {out.horizon:.3g} s, beyond {MAX_CLOCK_S:g} s (about 32 "
+                           "years), where float64 seconds no longer resolve step times: a step, transfer or think "
+                           "time is far longer than the model represents")
+    return SimResult(out)

@@ -309,8 +309,12 @@ class Catalog:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except OSError as exc:
             raise KvcargoError(f"catalog file {path}: cannot read ({exc.strerror})") from None
+        except UnicodeDecodeError:
+            raise KvcargoError(f"catalog file {path}: not UTF-8 text (a TOML file is expected)") from None
         except tomllib.TOMLDecodeError as exc:
             raise KvcargoError(f"catalog file {path}: not valid TOML ({exc})") from None
+        except RecursionError:
+            raise KvcargoError(f"catalog file {path}: not valid TOML (nested too deeply)") from None
         tables = {kind: dict(getattr(self, kind)) for kind in KINDS}
         for kind, entries in data.items():
             if kind not in KINDS:

@@ -120,6 +120,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except BrokenPipeError:
         sys.exit(0)
+    except MemoryError:  # a size the machine cannot hold (numpy names it, over several lines)
+        click.echo("kvcargo: error: out of memory: the run is larger than this machine can hold (fewer --requests, "
+                   "shorter --output or a trace's output lengths, or --summary-only)", err=True)
+        sys.exit(2)
     except OSError as exc:  # the machine, not the input: a full disk, a file removed mid-run
         click.echo(f"kvcargo: error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""), err=True)
         sys.exit(1)

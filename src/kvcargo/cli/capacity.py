@@ -18,7 +18,7 @@ from kvcargo.report.text import count
 @click.option("--target", type=float, default=0.9, show_default=True,
               help="share of requests that must meet both SLOs [range: > 0, ≤ 1]")
 @click.option("--rtol", type=float, default=0.02, show_default=True,
-              help="stop bisecting when hi - lo <= rtol * hi [range: > 0, < 1]")
+              help="stop bisecting when hi - lo <= rtol * hi [range: 1e-06 to < 1]")
 @click.option("--no-search", is_flag=True, help="the analytic ceilings only (no simulation)")
 @click.option("--plot", type=click.Path(dir_okay=False), metavar="FILE",
               help="SLO attainment of every probe vs rate: .png (matplotlib) or .html (plotly)")

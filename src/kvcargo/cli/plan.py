@@ -35,7 +35,7 @@ from kvcargo.report.text import count
 @click.option("--with-colocated", is_flag=True, help="also try colocated clusters of the same devices")
 @click.option("--target", type=float, default=0.9, show_default=True,
               help="share of requests that must meet both SLOs [range: > 0, ≤ 1]")
-@click.option("--rtol", type=float, default=0.02, show_default=True, help="relative tolerance of each search [range: > 0, < 1]")
+@click.option("--rtol", type=float, default=0.02, show_default=True, help="relative tolerance of each search [range: 1e-06 to < 1]")
 @click.option("--steady/--no-steady", default=True, show_default=True,
               help="search again with more requests where a run was shorter than 3 request lifetimes")
 @backend_options

@@ -13,7 +13,7 @@ from kvcargo.cli.options import config_from, field_options
 @click.command("trace-stats")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="print the statistics as JSON (SI units)")
-@click.option("--bucket", type=float, default=None, help="width of the arrival-rate timeline, s (> 0, at most a million buckets) [default: auto]")
+@click.option("--bucket", type=float, default=None, help="width of the arrival-rate timeline, s (at least 1e-6, at most a million buckets) [default: auto]")
 @click.option("--model", default=None, help="also show the KV hand-off bandwidth for this model (kvcargo catalog models)")
 @field_options("catalog", "arrival_col", "prompt_col", "output_col", "time_unit", "time_scale", "rate", "limit",
                "window")

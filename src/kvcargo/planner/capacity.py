@@ -44,6 +44,9 @@ RTOL = 0.02
 """Default relative width at which the bisection stops."""
 GROWTH = 1.5
 """Factor of the bracketing phase."""
+MIN_RTOL = 1e-6
+"""Finest ``rtol``: about 20 halvings of the bracket, one simulation each; far finer, the bracket
+reaches float64's resolution (about 1e-16 of the rate) and the bisection never ends."""
 MAX_EXPANSIONS = 60
 MIN_FRACTION = 2.0 ** -12
 """Give up (answer 0) once the bracket's top falls below this fraction of the start."""
@@ -422,6 +425,9 @@ def check_target(target: float, rtol: float) -> None:
         raise KvcargoError(f"--target must be in (0, 1], got {target:g}")
     if not (0 < rtol < 1):
         raise KvcargoError(f"--rtol must be in (0, 1), got {rtol:g}")
+    if rtol < MIN_RTOL:
+        raise KvcargoError(f"--rtol {rtol:g} is below {MIN_RTOL:g}: each halving of the bracket is one more "
+                           "simulation, and below float64's resolution the bisection never ends")
 
 
 def capacity(config: SimConfig, target: float = TARGET, rtol: float = RTOL,

@@ -205,6 +205,8 @@ def read_sweep_file(path: str | Path) -> tuple[dict[str, Any], dict[str, list[An
         raise KvcargoError(f"sweep file {str(p)!r} not found") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise KvcargoError(f"sweep file {str(p)!r}: {exc}") from None
+    except RecursionError:
+        raise KvcargoError(f"sweep file {str(p)!r}: not valid TOML (nested too deeply)") from None
     where = f"sweep file {p.name}"
     extra = set(data) - {"base", "vary"}
     if extra:

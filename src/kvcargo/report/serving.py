@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcargo.report.text import pct
+from kvcargo.report.text import fixed, pct
 
 SWEEP_HEADER = (f"{'mode':<10} {'rate':>6} {'TTFT p99':>9} {'TPOT p99':>9} {'goodput':>8} {'SLO%':>6}  "
                 "hot-spot (stage -> resource)")
@@ -25,7 +25,7 @@ def scheduler_lines(s: dict[str, Any]) -> list[str]:
     out = ["", "Scheduling and KV memory",
            f"  token budget {s['token_budget']:,} per step; KV capacity {s['kv_capacity_units']:,} {unit}"
            + (f" (prefill instances {s['prefill_kv_capacity_units']:,})" if "prefill_kv_capacity_units" in s else ""),
-           f"  mean running {s['mean_running']:.2f} rows; KV in use by tokens {pct(s['kv_token_frac'])} of the "
+           f"  mean running {fixed(s['mean_running'], '.2f')} rows; KV in use by tokens {pct(s['kv_token_frac'])} of the "
            f"allocated; prefill tokens computed {s['computed_prefill_tokens']:,}"]
     if "preemptions" in s:
         out.append(f"  preemptions {s['preemptions']:,}; tokens recomputed {s['recompute_tokens']:,}")

@@ -25,6 +25,11 @@ def ms(x: float, digits: int = 1) -> str:
     return "—" if x is None or math.isnan(x) else f"{x * 1e3:,.{digits}f}"
 
 
+def fixed(x: float, spec: str) -> str:
+    """``format(x, spec)``, or "—" for NaN (a run where nothing completed has no rate)."""
+    return "—" if x is None or math.isnan(x) else format(x, spec)
+
+
 def bytes_(x: float) -> str:
     """Decimal units, as the chapter: 268.4 MB."""
     for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):

@@ -23,6 +23,8 @@ BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 2160
 MAX_BUCKETS = 60
 
 
+MIN_BUCKET_S = 1e-6
+"""Narrowest --bucket: a microsecond, as --rate's range (narrower, one arrival is an infinite rate)."""
 MOST_BUCKETS = 1_000_000
 """Most buckets a given --bucket may cut the timeline into (a typo must not exhaust the machine)."""
 
@@ -85,6 +87,9 @@ def trace_stats(w: Workload, bucket_s: float | None = None, model: Model | None 
     if duration / bucket > MOST_BUCKETS:
         raise KvcargoError(f"--bucket {bucket:g} cuts the trace's {duration:g} s into more than {MOST_BUCKETS:,} "
                            f"buckets: use at least {duration / MOST_BUCKETS:.3g} s")
+    if bucket < MIN_BUCKET_S:
+        raise KvcargoError(f"--bucket {bucket:g} is below {MIN_BUCKET_S:g} s: one arrival in it is a rate beyond any "
+                           "the timeline can show")
     rates, full = timeline(arrival, bucket)
     peak, low = _extremes(rates, full)
     out: dict[str, Any] = {

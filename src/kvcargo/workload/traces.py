@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from kvcargo.errors import KvcargoError
+from kvcargo.limits import INT64_MAX
 from kvcargo.workload.builtin import resolve_trace
 from kvcargo.workload.stream import Workload
 
@@ -146,6 +147,8 @@ def _json_array(text: str, where: str) -> tuple[Layout, list[Row]]:
             value, j = dec.raw_decode(text, i)
         except json.JSONDecodeError as exc:
             raise KvcargoError(f"{where}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise _too_deep(where, line + text.count("\n", seen, i)) from None
         line += text.count("\n", seen, i)
         seen = i
         rows.append((line, value))
@@ -170,6 +173,11 @@ def _json_array(text: str, where: str) -> tuple[Layout, list[Row]]:
     return JSON_ROWS, rows
 
 
+def _too_deep(where: str, line: int) -> KvcargoError:
+    """The error for JSON nested deeper than Python's parser recurses (a row is flat)."""
+    return KvcargoError(f"{where}: line {line}: not valid JSON (nested too deeply; a row is an object or a list of numbers)")
+
+
 def _json_lines(text: str, where: str) -> tuple[Layout, list[Row]]:
     rows: list[Row] = []
     for k, line in enumerate(text.splitlines(), 1):
@@ -179,6 +187,8 @@ def _json_lines(text: str, where: str) -> tuple[Layout, list[Row]]:
             value = json.loads(line)
         except json.JSONDecodeError as exc:
             raise KvcargoError(f"{where}: line {k}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise _too_deep(where, k) from None
         if not isinstance(value, dict):
             raise KvcargoError(f"{where}: line {k}: expected a JSON object per line")
         rows.append((k, value))
@@ -281,6 +291,8 @@ def _tokens(value: Any, what: str) -> int:
         value = int(value)
     if not isinstance(value, int) or value < 1:
         raise _RowError(f"{what} must be a whole number of tokens >= 1, got {_short(value)}")
+    if value > INT64_MAX:
+        raise _RowError(f"{what} of {value:,} tokens does not fit a 64-bit integer (at most {INT64_MAX:,})")
     return value
 
 
@@ -393,8 +405,9 @@ def _build(rows: list[Row], layout: Layout, where: str, name: str) -> Workload:
 
 
 def _hash_ids(value: Any) -> list[int]:
-    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
-        raise _RowError(f"hash_ids must be a list of whole numbers, got {_short(value)}")
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                              and -INT64_MAX - 1 <= i <= INT64_MAX for i in value):
+        raise _RowError(f"hash_ids must be a list of whole numbers that fit a 64-bit integer, got {_short(value)}")
     return value
 
 
