@@ -84,7 +84,6 @@ def config_from(params: dict[str, Any]) -> SimConfig:
 
     from kvcargo import cachefiles
     from kvcargo._jit import source_digest
-
     from kvcargo.config import notes
 
     given = given_params(params)
