@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kvcargo import catalog as catalog_mod
-from kvcargo.config import SimConfig, load_workload
+from kvcargo.config import SimConfig, load_workload, notes
 from kvcargo.cost import Pool, model_coefficients, prefill_step
 from kvcargo.errors import KvcargoError
 from kvcargo.limits import INT64_MAX, MAX_CLOCK_S, RANGES, max_step_tokens
@@ -84,11 +84,13 @@ def test_a_fixed_length_at_the_clip_is_not_counted_as_clipped() -> None:
     assert set(w.prompt.tolist()) == {32_768} and w.clipped_prompts == 0
 
 
-def test_the_clip_can_be_raised_and_a_mean_above_it_is_refused() -> None:
-    with pytest.raises(KvcargoError, match="--prompt 40,000 is above 32,768 tokens.*--max-length"):
-        SimConfig.build(prompt=40_000)
-    w = load_workload(SimConfig(prompt=40_000, prompt_cv=0, max_length=65_536, requests=5))
-    assert set(w.prompt.tolist()) == {40_000}
+def test_the_clip_can_be_raised_and_a_mean_above_it_runs_clipped_with_a_note() -> None:
+    """As the reference generator: a mean above the clip runs, every length clipped; a note says so."""
+    above = SimConfig.build(prompt=40_000, prompt_cv=0, requests=5)
+    assert set(load_workload(above).prompt.tolist()) == {32_768}
+    assert [n for n in notes(above) if n.startswith("--prompt 40,000 is above 32,768 tokens")]
+    raised = SimConfig(prompt=40_000, prompt_cv=0, max_length=65_536, requests=5)
+    assert set(load_workload(raised).prompt.tolist()) == {40_000} and notes(raised) == []
 
 
 def test_every_range_is_in_the_help_and_refused_beyond() -> None:

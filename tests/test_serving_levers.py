@@ -204,6 +204,10 @@ def test_prefix_share_draws_one_uniform_per_session() -> None:
       "--system-prompts has no effect without --system-len: no system prompt is drawn"]),
     (["--workload", "chat"], ["--turns", "4", "--prompt", "99"],
      ["--prompt has no effect: --workload chat sets it", "--turns has no effect: --workload chat sets it"]),
+    (["--max-length", "40000", "--prompt", "30000", "--prompt-cv", "1.5", "--output", "20"],  # the clip kept
+     ["--system-prompts", "4"], ["--system-prompts has no effect without --system-len: no system prompt is drawn"]),
+    (["--workload", "voice"], ["--max-length", "4096"],
+     ["--max-length has no effect: --workload voice clips lengths to its own limits"]),
     (["--turns", "2"], ["--system-len", "300", "--prefix-share", "0.5"],
      ["--system-len has no effect without --system-prompts: no system prompt is drawn",
       "--prefix-share has no effect without --system-prompts and --system-len"]),

@@ -156,8 +156,8 @@ def check_workload(model_key: str, mi: np.ndarray, workload: Workload, budgets: 
     most = int(RANGES["max_length"].hi)  # type: ignore[arg-type]
     if workload.output[longest] > most:
         raise KvcargoError(f"request {longest}'s output of {int(workload.output[longest]):,} tokens is above "
-                           f"{most:,}, the most a generated one may have (--max-length): every decode step is "
-                           "simulated, and the step log would not fit in memory")
+                           f"{most:,}, the most kvcargo simulates (a trace's, or --max-length's): every decode step "
+                           "is simulated, and the step log would not fit in memory")
     last = float(workload.arrival[-1])
     if last > MAX_CLOCK_S:
         raise KvcargoError(f"the last request arrives at {last:.3g} s, beyond {MAX_CLOCK_S:g} s (about 32 years), "

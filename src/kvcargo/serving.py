@@ -24,7 +24,7 @@ DEFAULT_HOST_LINK = "pcie5"
 DEFAULT_PREFIX_SHARE = 1.0
 PRESET_FIELDS = ("prompt", "prompt_cv", "output", "output_cv", "turns", "think", "system_prompts", "system_len",
                  "prefix_share")
-"""Fields a ``--workload`` preset sets (giving them too is refused)."""
+"""Fields a ``--workload`` preset sets (giving them too changes nothing: a note says so)."""
 
 
 def _changed(c: SimConfig, name: str) -> bool:
@@ -47,7 +47,7 @@ def check_serving(c: SimConfig) -> None:
         raise ValueError("--prefix-caching with --preemption swap is not modelled: use --preemption recompute")
     if c.workload is not None and c.workload_file is not None:
         raise ValueError("--workload and --workload-file both give the requests: choose one")
-    if c.workload is None and c.workload_file is not None and session_shape(c).is_session:
+    if c.workload is None and c.workload_file is not None and (c.turns > 1 or (c.system_prompts > 0 and c.system_len > 0)):
         raise ValueError("sessions are generated: --turns/--system-prompts cannot be combined with --workload-file")
     closed_loop = session_shape(c).turns > 1
     if (c.scheduled or closed_loop) and c.handoff_features:
@@ -81,6 +81,8 @@ def ignored_settings(c: SimConfig) -> list[str]:
     if c.workload is not None:
         notes += [f"--{f.replace('_', '-')} has no effect: --workload {c.workload} sets it"
                   for f in PRESET_FIELDS if _changed(c, f)]
+        if _changed(c, "max_length"):
+            notes.append(f"--max-length has no effect: --workload {c.workload} clips lengths to its own limits")
         return notes
     if c.think > 0 and c.turns < 2:
         notes.append("--think has no effect with one turn per session (--turns 1)")
@@ -112,7 +114,8 @@ def serving_workload(c: SimConfig) -> Workload | None:
     if c.workload is not None:
         prompt, output = PRESETS[c.workload].prompt, PRESETS[c.workload].output
     elif shape.is_session:
-        prompt, output = LengthDist(c.prompt, c.prompt_cv), LengthDist(c.output, c.output_cv)
+        prompt = LengthDist(c.prompt, c.prompt_cv, hi=c.max_length)
+        output = LengthDist(c.output, c.output_cv, hi=c.max_length)
     else:
         return None
     if shape.is_session:

@@ -39,7 +39,9 @@ def render(config: dict[str, Any], s: dict[str, Any]) -> str:
                "steady requests (first 10% are warm-up)")
     if s.get("clipped_prompts") or s.get("clipped_outputs"):
         out.append(f"the generator clipped {count(s['clipped_prompts'], 'prompt length')} and "
-                   f"{count(s['clipped_outputs'], 'output length')} to [1, {config['max_length']:,}] tokens")
+                   f"{count(s['clipped_outputs'], 'output length')} to "
+                   + (f"the --workload {config['workload']} bounds" if config.get("workload")
+                      else f"[1, {config['max_length']:,}] tokens"))
     out += ["", "Latency (ms)"]
     rows = []
     for key, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"), ("handoff", "hand-off")):

@@ -89,14 +89,16 @@ PRESETS: dict[str, Preset] = {
 """The companion's ``--workload`` presets (lengths: lognormal, lo 1, hi as given)."""
 
 
-def _length(rng: random.Random, dist: LengthDist) -> int:
-    """One length as the reference draws it (no draw when cv <= 0)."""
+def _length(rng: random.Random, dist: LengthDist) -> tuple[int, bool]:
+    """One length as the reference draws it (no draw when cv <= 0), and whether the bounds
+    clipped it (as the Poisson generator counts it)."""
     if dist.cv <= 0:
         x = dist.mean
     else:
         sigma2 = math.log(1 + dist.cv * dist.cv)
         x = rng.lognormvariate(math.log(dist.mean) - sigma2 / 2, math.sqrt(sigma2))
-    return int(min(dist.hi, max(dist.lo, round(x))))
+    r = round(x)
+    return int(min(dist.hi, max(dist.lo, r))), not dist.lo <= r <= dist.hi
 
 
 def generate_sessions(n: int, rate: float, prompt: LengthDist, output: LengthDist, shape: SessionShape,
@@ -111,7 +113,7 @@ def generate_sessions(n: int, rate: float, prompt: LengthDist, output: LengthDis
     rng = random.Random(seed)
     arrival, plen, olen, chain, emit, pred, think = [], [], [], [], [], [], []
     t = 0.0
-    sid = 0
+    sid = clipped_prompts = clipped_outputs = 0
     while len(arrival) < n:
         t += rng.expovariate(rate)
         segments: list[Segment] = []
@@ -125,8 +127,10 @@ def generate_sessions(n: int, rate: float, prompt: LengthDist, output: LengthDis
         for k in range(shape.turns):
             if len(arrival) == n:
                 break
-            new = _length(rng, prompt)
-            out = _length(rng, output)
+            new, clipped = _length(rng, prompt)
+            clipped_prompts += clipped
+            out, clipped = _length(rng, output)
+            clipped_outputs += clipped
             gap = shape.think * rng.expovariate(1.0) if k > 0 and shape.think > 0 else 0.0
             key = f"s{sid}t{k}"
             arrival.append(t if k == 0 else 0.0)
@@ -147,4 +151,4 @@ def generate_sessions(n: int, rate: float, prompt: LengthDist, output: LengthDis
     sessions = Sessions(chain, emit, predecessor, successor, np.array(think, dtype=np.float64))
     return Workload(np.array(arrival, dtype=np.float64), np.array(plen, dtype=np.int64),
                     np.array(olen, dtype=np.int64), source=f"sessions rate={rate:g} seed={seed}",
-                    sessions=sessions)
+                    sessions=sessions, clipped_prompts=clipped_prompts, clipped_outputs=clipped_outputs)

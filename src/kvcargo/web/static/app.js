@@ -440,7 +440,9 @@ async function runSimulation(given = null) {
       body: JSON.stringify(body), signal: abort.signal,
     });
     renderResults(r, body, preset);
-    $("#sim-status").textContent = `done in ${r.wall_s.toFixed(2)} s`;
+    // what the run ignored or clipped of the parameters (the command line's stderr notes)
+    const notes = (r.notes || []).length ? ` — note: ${r.notes.join("; ")}` : "";
+    $("#sim-status").textContent = `done in ${r.wall_s.toFixed(2)} s${notes}`;
     return state.last;
   } catch (err) {
     showFieldError("sim", err.name === "AbortError" ? new Error("no answer from the server") : err);
