@@ -47,9 +47,10 @@ def check_serving(c: SimConfig) -> None:
         raise ValueError("--prefix-caching with --preemption swap is not modelled: use --preemption recompute")
     if c.workload is not None and c.workload_file is not None:
         raise ValueError("--workload and --workload-file both give the requests: choose one")
-    if c.workload is None and c.workload_file is not None and (c.turns > 1 or (c.system_prompts > 0 and c.system_len > 0)):
+    shape = session_shape(c)
+    if c.workload is None and c.workload_file is not None and (shape.turns > 1 or shape.has_system_prompts):
         raise ValueError("sessions are generated: --turns/--system-prompts cannot be combined with --workload-file")
-    closed_loop = session_shape(c).turns > 1
+    closed_loop = shape.turns > 1
     if (c.scheduled or closed_loop) and c.handoff_features:
         raise ValueError("the serving levers and multi-turn sessions use the reference hand-off: drop --send, "
                          "--topology, --link-sharing, --kv-reserve and --decode-prefix-cache")
@@ -87,10 +88,10 @@ def ignored_settings(c: SimConfig) -> list[str]:
     if c.think > 0 and c.turns < 2:
         notes.append("--think has no effect with one turn per session (--turns 1)")
     if (c.system_prompts > 0) != (c.system_len > 0):
-        given = "--system-prompts" if c.system_prompts > 0 else "--system-len"
-        notes.append(f"{given} has no effect without {'--system-len' if c.system_prompts > 0 else '--system-prompts'}: "
-                     "no system prompt is drawn")
-    if c.prefix_share is not None and not (c.system_prompts > 0 and c.system_len > 0):
+        given, missing = ("--system-prompts", "--system-len") if c.system_prompts > 0 else ("--system-len",
+                                                                                           "--system-prompts")
+        notes.append(f"{given} has no effect without {missing}: no system prompt is drawn")
+    if c.prefix_share is not None and not session_shape(c).has_system_prompts:
         notes.append("--prefix-share has no effect without --system-prompts and --system-len")
     return notes
 

@@ -62,6 +62,12 @@ class SessionShape:
         """The session generator is used (else the Poisson one gives the same requests)."""
         return self.turns > 1 or self.system_prompts != 0
 
+    @property
+    def has_system_prompts(self) -> bool:
+        """Sessions may start with a system prompt: both how many and how long are given
+        (levers-serving §6.2 step 2; either alone draws none)."""
+        return self.system_prompts > 0 and self.system_len > 0
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -118,7 +124,7 @@ def generate_sessions(n: int, rate: float, prompt: LengthDist, output: LengthDis
         t += rng.expovariate(rate)
         segments: list[Segment] = []
         history = 0
-        if shape.system_prompts > 0 and shape.system_len > 0:
+        if shape.has_system_prompts:
             use = shape.prefix_share >= 1 or rng.random() < shape.prefix_share
             if use:
                 segments.append((f"sys{rng.randrange(shape.system_prompts)}", shape.system_len))
