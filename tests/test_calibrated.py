@@ -28,6 +28,7 @@ from kvcargo.calibrated import (
     N_TABLES,
     T_TOKENS,
     CalibratedPool,
+    calibrated_mixed_step,
     calibrated_pool,
     calibrated_step,
     grid,
@@ -106,6 +107,39 @@ def test_engine_lookup_matches_direct_kernel_sum() -> None:
         compute = (cp.layer_compute_s(b) + cp.logits_s(b) + cp.generation_s(b, np.array([ctx + 1.0])))[0]
         got = step("llama2-70b", "h100", 4, "decode", batch, ctx, "calibrated")["time_s"]
         assert got == pytest.approx(fw.decode_s(KernelTime(compute, cp.layer_reduce_s(b)[0])), rel=0.01)
+
+
+def test_mixed_step_is_the_direct_kernel_sum() -> None:
+    """A chunked step (decode rows and prompt chunks in one pass) under the calibrated model: the
+    GEMMs and all-reduces over every token, the LM head over the rows and the prompt tokens, the
+    chunks' context attention at the length of the same query-key pairs plus the rows' generation
+    attention, with the prefill framework; whole prompts alone and rows alone are the plain
+    steps, bit for bit."""
+    cat = catalog.builtin()
+    model = cat.model("llama3-70b")
+    for dev, tp in (("h100", 4), ("a100", 8)):
+        pool = Pool(cat.device(dev), tp)
+        ct, cs = tabulate(model, pool)
+        hf = pool.coefficients()
+        cp, fw = calibrated_pool(model, pool), framework(dev, tp)
+        for rows, ctx, chunks in ((32, 1500, [(1024, 512)]), (200, 900, [(0, 300), (4000, 3000)]), (1, 50, [(0, 9000)])):
+            tokens = rows + sum(c for _, c in chunks)
+            attn = sum(c * (2 * p0 + c + 1) for p0, c in chunks)
+            s = (np.sqrt(1.0 + 4.0 * attn / len(chunks)) - 1.0) / 2.0
+            m, r = np.array([float(tokens)]), np.array([float(rows)])
+            compute = (cp.layer_compute_s(m) + cp.logits_s(m) + cp.context_s(np.array([float(len(chunks))]), np.array([s]))
+                       + cp.generation_s(r, np.array([ctx + 1.0])))[0]
+            past = compute * past_knee(float(tokens)) * tp_factor(tp)
+            direct = fw.prefill_s(KernelTime(compute, cp.layer_reduce_s(m)[0], past), model.layers)
+            got, _, _ = calibrated_mixed_step(ct, cs, hf, float(rows), float(rows * ctx), float(tokens - rows),
+                                              float(attn), float(len(chunks)), 1.0, 0.0, 0.0)
+            assert got == pytest.approx(direct, rel=0.04), (dev, tp, rows, chunks)
+        prompts = (700, 1300)
+        quad = sum(p * (p + 1) for p in prompts)
+        assert (calibrated_mixed_step(ct, cs, hf, 0.0, 0.0, 2000.0, float(quad), 2.0, 2.0, 1e15, 1e10)
+                == calibrated_step(ct, cs, hf, True, 2000.0, 2.0, float(quad), 0.0, 1e15, 1e10))
+        assert (calibrated_mixed_step(ct, cs, hf, 16.0, 16000.0, 0.0, 0.0, 0.0, 0.0, 1e12, 1e11)
+                == calibrated_step(ct, cs, hf, False, 16.0, 16.0, 0.0, 16000.0, 1e12, 1e11))
 
 
 def test_single_request_timestamps_are_the_step_costs() -> None:
@@ -476,8 +510,6 @@ def test_framework_interpolates_in_log_tp() -> None:
     (["simulate", "--cost-model", "calibrated", "--model", "llama3-70b", "--ced-encoder-layers", "4",
       "--devices-per-instance", "2"], "runs here as a causal encoder-decoder"),
     (["simulate", "--cost-model", "calibrated", "--tp", "2"], "need --cost-model roofline"),
-    (["simulate", "--cost-model", "calibrated", "--batch-policy", "chunked"], "drop --cost-model"),
-    (["simulate", "--cost-model", "calibrated", "--kv-policy", "paged"], "drop --cost-model"),
     (["simulate", "--cost-model", "calibrated", "--kv-format", "fp8"], "bf16 kernel tables only"),
     (["plan", "--cost-model", "calibrated", "--gpus", "4", "--formats", "bf16,fp8"], "bf16 kernel tables only"),
     (["calibrate"], "give --steps"),
@@ -606,6 +638,25 @@ def test_calibrated_run_with_every_handoff_option() -> None:
     cached = SimConfig(workload_file="mooncake-conversation", limit=50, decode_prefix_cache=True,
                        cost_model="calibrated", link_model="measured")
     assert simulate(cached).summary["completed"] == 50
+
+
+def test_calibrated_runs_the_serving_levers_and_sessions(capsys: pytest.CaptureFixture[str]) -> None:
+    """Chunked prefill, paged KV with swap, prefix caching, sessions and presets run under the
+    calibrated and measured models (every request once, costs differ from the roofline's), and the
+    planner searches with them."""
+    base = dict(requests=80, rate=6.0, cost_model="calibrated", link_model="measured")
+    for extra in ({"batch_policy": "chunked", "max_num_batched_tokens": 512},
+                  {"kv_policy": "paged", "preemption": "swap", "decode": 2},
+                  {"workload": "coding-agent", "prefix_caching": True, "rate": 0.5},
+                  {"turns": 3, "think": 0.5, "system_prompts": 2, "system_len": 400, "prefix_caching": True},
+                  {"mode": "colocated", "link_model": "line-rate", "batch_policy": "decode-priority"}):
+        c = SimConfig(**{**base, **extra})
+        s = simulate(c).summary
+        assert s["completed"] + s["rejected"] == 80, extra
+        assert s != simulate(c.replace(cost_model="roofline", link_model="line-rate")).summary, extra
+    main(["capacity", "--cost-model", "calibrated", "--link-model", "measured", "--batch-policy", "chunked",
+          "--requests", "150", "--json"])
+    assert json.loads(capsys.readouterr().out)["search"]["feasible"] is True
 
 
 def test_planner_searches_with_the_calibrated_models(capsys: pytest.CaptureFixture[str]) -> None:

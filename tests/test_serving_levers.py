@@ -102,11 +102,17 @@ def _same_run(a, b) -> None:
     dict(rate=8.0),
     dict(prefill=2, rate=12.0, link="eth-25g"),
     dict(rate=8.0, link="eth-25g", kv_compress="fp8", kv_compress_at="endpoint"),
+    dict(mode="colocated", rate=8.0, cost_model="calibrated"),
+    dict(model="llama3-70b", devices_per_instance=4, prefill=2, rate=3.0, cost_model="calibrated",
+         link_model="measured", lm_head="last", power_cap=400.0),
+    dict(rate=8.0, link="eth-25g", kv_compress="fp8", kv_compress_at="endpoint", cost_model="calibrated",
+         link_model="measured"),
 ])
 def test_scheduled_engine_at_neutral_settings_is_the_reference(kw: dict) -> None:
     """``--max-num-batched-tokens 8192`` alone runs the scheduled engine, which reproduces the
     plain (compiled) engine bit for bit — colocated, and disaggregated with one decode instance
-    (levers-serving §0.1). Two independent implementations agreeing on every timestamp."""
+    (levers-serving §0.1); under the calibrated cost and measured link models too. Two
+    independent implementations agreeing on every timestamp."""
     base = SimConfig(requests=300, **kw)
     _same_run(simulate(base), simulate(base.replace(max_num_batched_tokens=8192)))
 
@@ -240,7 +246,6 @@ def test_compare_and_sweep_say_which_flags_they_ignore() -> None:
 @pytest.mark.parametrize("args,needle", [
     (["--kv-policy", "paged", "--preemption", "swap", "--prefix-caching"], "not modelled"),
     (["--batch-policy", "chunked", "--send", "layerwise"], "reference hand-off"),
-    (["--kv-policy", "paged", "--cost-model", "calibrated"], "reference roofline"),
     (["--batch-policy", "fcfs"], "fcfs"),
 ])
 def test_impossible_flags_are_refused(args: list[str], needle: str) -> None:
@@ -404,9 +409,23 @@ def test_engine_equals_the_serving_oracle(kw: dict) -> None:
 def test_array_engine_equals_the_simpy_engine(c: SimConfig) -> None:
     """The array event loop and the SimPy model of the same rules (which still serves prefix
     caching) agree on every timestamp, token gap, step, preemption span and summary figure."""
+    _array_equals_simpy(c.replace(prefix_caching=False))
+
+
+@pytest.mark.parametrize("kw", [
+    dict(mode="colocated", batch_policy="chunked", max_num_batched_tokens=512, kv_policy="paged"),
+    dict(kv_policy="paged", preemption="swap", prefill=2, decode=2, link_model="measured"),
+    dict(batch_policy="decode-priority", kv_policy="pow2", turns=3, think=0.5, link_model="measured"),
+])
+def test_array_engine_equals_the_simpy_engine_under_the_calibrated_models(kw: dict) -> None:
+    """Both scheduled engines price mixed chunked steps, paged growth and sessions with the
+    calibrated model (and the measured link) alike."""
+    _array_equals_simpy(SimConfig(requests=120, rate=12.0, cost_model="calibrated", **kw))
+
+
+def _array_equals_simpy(c: SimConfig) -> None:
     from kvcargo.engine import sched_run
 
-    c = c.replace(prefix_caching=False)
     assert sched_run.handles(resolve_config(c)) == c.scheduled
     a = simulate(c)
     handles = sched_run.handles

@@ -275,22 +275,32 @@ def table_at(ct: np.ndarray, table: int, x: float, y: float) -> float:
 
 
 @kernel(inline=True)
-def calibrated_step(ct: np.ndarray, cs: np.ndarray, hf: np.ndarray, prefill: bool, tokens: float,
-                    seqs: float, quad: float, context: float, flops: float,
-                    nbytes: float) -> tuple[float, float, float]:
-    """Time (framework included), compute and memory energy of one step under the calibrated model.
+def calibrated_mixed_step(ct: np.ndarray, cs: np.ndarray, hf: np.ndarray, rows: float, context: float,
+                          chunk_tokens: float, chunk_attn: float, chunks: float, last: float, flops: float,
+                          nbytes: float) -> tuple[float, float, float]:
+    """Time (framework included), compute and memory energy of a step of ``rows`` decode rows
+    (contexts summing to ``context``) and ``chunks`` prompt chunks of ``chunk_tokens`` in all,
+    Σ c·(2·p0 + c + 1) = ``chunk_attn`` over the p0 tokens before each chunk, ``last`` of them
+    ending their prompt (the arguments of :func:`kvcargo.cost.mixed_work`).
 
-    Prefill: ``tokens`` over ``seqs`` prompts with Σ s(s+1) = ``quad`` (attention is charged as
-    ``seqs`` prompts of the length with that mean); the large-step term charges the compute
-    kernels' share of the tokens past the knee. Decode: ``seqs`` sequences (= tokens) whose
-    contexts sum to ``context``.
+    The GEMMs and all-reduces run over every token of the step; the LM head over the decode rows
+    and the prompt tokens (``--lm-head last``: the chunks that end a prompt); attention is the
+    chunks' context attention (charged as ``chunks`` prompts of the length whose s(s+1) is the mean
+    of ``chunk_attn``: the same query-key pairs) plus the rows' generation attention. A step with
+    prompt tokens carries the prefill framework (kernel scale, host floor, the large-step term on
+    the compute kernels' share of the tokens past the knee); one of decode rows only, the decode
+    scale and per-step overhead. Whole prompts alone or decode rows alone are the plain prefill
+    and decode steps, bit for bit.
     """
-    if prefill:
-        q = quad / seqs
+    tokens = rows + chunk_tokens
+    if chunks > 0.0:
+        q = chunk_attn / chunks
         s = (math.sqrt(1.0 + 4.0 * q) - 1.0) / 2.0
-        m_logits = seqs if cs[CS_LM_LAST] != 0.0 else tokens
-        compute = (table_at(ct, T_TOKENS, tokens, 1.0) + table_at(ct, T_LOGITS, m_logits, 1.0)
-                   + table_at(ct, T_CONTEXT, seqs, s))
+        logits = rows + (last if cs[CS_LM_LAST] != 0.0 else chunk_tokens)
+        compute = (table_at(ct, T_TOKENS, tokens, 1.0) + table_at(ct, T_LOGITS, logits, 1.0)
+                   + table_at(ct, T_CONTEXT, chunks, s))
+        if rows > 0.0:
+            compute = compute + table_at(ct, T_GENERATION, rows, context / rows + 1.0)
         past = past_knee(tokens)
         t = max(cs[CS_PREFILL_FLOOR],
                 cs[CS_PREFILL_SCALE] * compute + cs[CS_COMM_SCALE] * table_at(ct, T_REDUCE, tokens, 1.0)
@@ -298,7 +308,7 @@ def calibrated_step(ct: np.ndarray, cs: np.ndarray, hf: np.ndarray, prefill: boo
         overhead = 0.0
     else:
         t = (cs[CS_DECODE_SCALE] * (table_at(ct, T_TOKENS, tokens, 1.0) + table_at(ct, T_LOGITS, tokens, 1.0)
-                                    + table_at(ct, T_GENERATION, seqs, context / seqs + 1.0))
+                                    + table_at(ct, T_GENERATION, rows, context / rows + 1.0))
              + cs[CS_COMM_SCALE] * table_at(ct, T_REDUCE, tokens, 1.0))
         overhead = cs[CS_DECODE_OVERHEAD]
     e_c = flops * hf[HF_J_FLOP] * cs[CS_PJ_SCALE]
@@ -307,3 +317,16 @@ def calibrated_step(ct: np.ndarray, cs: np.ndarray, hf: np.ndarray, prefill: boo
         t = (e_c + e_m) / hf[HF_PDYN]
     return t + overhead, e_c, e_m
 
+
+@kernel(inline=True)
+def calibrated_step(ct: np.ndarray, cs: np.ndarray, hf: np.ndarray, prefill: bool, tokens: float,
+                    seqs: float, quad: float, context: float, flops: float,
+                    nbytes: float) -> tuple[float, float, float]:
+    """Time (framework included), compute and memory energy of one step under the calibrated model.
+
+    Prefill: ``tokens`` over ``seqs`` whole prompts with Σ s(s+1) = ``quad``. Decode: ``seqs``
+    sequences (= tokens) whose contexts sum to ``context``. (:func:`calibrated_mixed_step`.)
+    """
+    if prefill:
+        return calibrated_mixed_step(ct, cs, hf, 0.0, 0.0, tokens, quad, seqs, seqs, flops, nbytes)
+    return calibrated_mixed_step(ct, cs, hf, seqs, context, 0.0, 0.0, 0.0, 0.0, flops, nbytes)

@@ -54,9 +54,6 @@ def check_serving(c: SimConfig) -> None:
     if (c.scheduled or closed_loop) and c.handoff_features:
         raise ValueError("the serving levers and multi-turn sessions use the reference hand-off: drop --send, "
                          "--topology, --link-sharing, --kv-reserve and --decode-prefix-cache")
-    if (c.scheduled or closed_loop) and (c.cost_model != "roofline" or c.link_model != "line-rate"):
-        raise ValueError("the serving levers and multi-turn sessions are priced by the reference roofline and "
-                         "link: drop --cost-model and --link-model")
     parallel = [f for f in PARALLEL_LEVERS if _changed(c, f)]
     if (c.scheduled or closed_loop) and parallel:
         raise ValueError(f"the serving levers and multi-turn sessions run on single-device-equivalent BF16 "

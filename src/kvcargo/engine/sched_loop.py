@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 from kvcargo._jit import kernel
+from kvcargo.calibrated import calibrated_mixed_step
 from kvcargo.cost import mixed_work as _mixed_work
 from kvcargo.engine.heap import A as HEAP_A
 from kvcargo.engine.heap import B as HEAP_B
@@ -51,6 +52,7 @@ from kvcargo.engine.sched_state import (
     BASE,
     BUSY,
     C_BUDGET,
+    C_CALIBRATED,
     C_CHANNELS,
     C_COLOCATED,
     C_ENDPOINT,
@@ -473,8 +475,13 @@ def start_step(st, d, kind):
     st.ii[d, RECOMPUTED] += recomputed
     context = st.ii[d, CONTEXT] if ndec else 0  # the decode rows are every decoding row
     flops, nbytes = mixed_work(st.mi, st.mf, ndec, context, c_sum, attn, kv, last)
-    hf = st.hf[st.ii[d, POOL]]
-    dt, e_c, e_m = roofline(hf, flops, nbytes)
+    pool = st.ii[d, POOL]
+    hf = st.hf[pool]
+    if st.cfg[C_CALIBRATED]:
+        dt, e_c, e_m = calibrated_mixed_step(st.ct[pool], st.cs[pool], hf, float(ndec), float(context), float(c_sum),
+                                             float(attn), float(nch), float(last), float(flops), nbytes)
+    else:
+        dt, e_c, e_m = roofline(hf, flops, nbytes)
     fl = flops + 0.0
     if ep_ops or ep_bytes:
         x_t, x_c, x_m = elementwise_pass(hf, ep_ops, ep_bytes)

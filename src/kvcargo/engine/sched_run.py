@@ -18,10 +18,12 @@ from kvcargo.config import Resolved
 from kvcargo.cost import kv_capacity, model_coefficients, shape
 from kvcargo.engine import aot
 from kvcargo.engine import sched_state as S
+from kvcargo.engine.cluster import step_tables
 from kvcargo.engine.heap import ITEMS
 from kvcargo.engine.sched_gaps import per_request
 from kvcargo.engine.scheduled import WATERMARK, _sum
 from kvcargo.errors import KvcargoError
+from kvcargo.linkmodel import link_transfers
 from kvcargo.serving import (
     DEFAULT_BLOCK,
     DEFAULT_HOST_LINK,
@@ -29,7 +31,7 @@ from kvcargo.serving import (
     DEFAULT_PREEMPTION,
     check_model,
 )
-from kvcargo.transfer import endpoint_work, transfers
+from kvcargo.transfer import endpoint_work
 
 PLAIN_S_PER_TOKEN = 4e-6
 """Seconds of plain Python per output token (the event loop's per-row work, 2-core machine)."""
@@ -99,6 +101,8 @@ def build(res: Resolved, xfer: Any) -> S.SchedState:
     cfg[S.C_COLOCATED], cfg[S.C_NPRE], cfg[S.C_NDEC] = res.colocated, npre, res.n_decode
     cfg[S.C_ENDPOINT], cfg[S.C_CHANNELS] = endpoint, 0 if res.colocated else res.channels
     cfg[S.C_KV_TOK] = int(shape(model).kv_per_token)
+    cfg[S.C_CALIBRATED] = c.cost_model == "calibrated"
+    ct, cs = step_tables(res)
     cf = S.HOST_LINK.new()
     cf[S.H_BW], cf[S.H_LATENCY], cf[S.H_PJ] = host.bandwidth, host.latency, host.pj_per_bit
     hf = np.stack([res.prefill_pool.coefficients() if not res.colocated else res.decode_pool.coefficients(),
@@ -111,7 +115,7 @@ def build(res: Resolved, xfer: Any) -> S.SchedState:
         snap=np.zeros((m, rows), dtype=np.int64), snapc=np.zeros((m, rows), dtype=np.int64),
         grow=np.zeros((m, rows), dtype=np.int64),
         evt=np.zeros((1, events)), evi=ITEMS.new(1, events), g=g, gf=S.FLOAT_SCALARS.new(), cfg=cfg, cf=cf,
-        hf=hf, mi=mi, mf=mf, roots=roots, logf=S.LOG_TIMES.new(log), logi=S.LOG_INTS.new(log),
+        hf=hf, ct=ct, cs=cs, mi=mi, mf=mf, roots=roots, logf=S.LOG_TIMES.new(log), logi=S.LOG_INTS.new(log),
         runi=S.RUNS.new(n + 4 * rows + 64), runf=np.zeros(n + 4 * rows + 64),
         spi=S.SPAN_INTS.new(4 * rows + 64), spf=S.SPAN_TIMES.new(4 * rows + 64))
 
@@ -237,5 +241,6 @@ def transfers_of(res: Resolved):  # type: ignore[no-untyped-def]
     if res.colocated:
         return None
     w = res.workload
-    return transfers(res.link, res.compression, shape(res.model).handoff_bytes(np.asarray(w.prompt, dtype=np.int64)),
-                     res.model.kv_bytes, np.asarray(w.prompt))
+    return link_transfers(res.config.link_model, res.link, res.compression,
+                          shape(res.model).handoff_bytes(np.asarray(w.prompt, dtype=np.int64)), res.model.kv_bytes,
+                          np.asarray(w.prompt))

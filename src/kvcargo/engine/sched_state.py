@@ -66,7 +66,7 @@ LINK_QUEUE = Table(np.int64, LQ_HEAD=-1, LQ_TAIL=-1)
 FLOAT_SCALARS = Table(np.float64, F_NOW=0, F_LINK_BUSY=0, F_LINK_J=0, F_TRANSIT_J=0)
 # ``cfg``: the lever settings.
 SETTINGS = Table(np.int64, C_POLICY=0, C_KVP=0, C_BUDGET=0, C_BLOCK=0, C_MAX_SEQ=0, C_SWAP=0, C_COLOCATED=0,
-                 C_NPRE=0, C_NDEC=0, C_ENDPOINT=0, C_CHANNELS=0, C_KV_TOK=0)
+                 C_NPRE=0, C_NDEC=0, C_ENDPOINT=0, C_CHANNELS=0, C_KV_TOK=0, C_CALIBRATED=0)
 # ``cf``: the host link of swap.
 HOST_LINK = Table(np.float64, H_BW=0, H_LATENCY=0, H_PJ=0)
 # ``logf``/``logi``: the logged steps, in start order (start, end; instance index, decode rows).
@@ -114,6 +114,9 @@ class SchedState(NamedTuple):
     cf: np.ndarray
     hf: np.ndarray
     """Roofline coefficients per pool row (0 prefill or colocated, 1 decode)."""
+    ct: np.ndarray
+    cs: np.ndarray
+    """Per pool row, the calibrated model's tables and scalars (C_CALIBRATED; else unread)."""
     mi: np.ndarray
     mf: np.ndarray
     roots: np.ndarray

@@ -29,15 +29,18 @@ import math
 from collections import deque
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from kvcargo import cost
+from kvcargo.calibrated import calibrated_mixed_step
 from kvcargo.config import Resolved
 from kvcargo.cost import elementwise_pass, kv_capacity, mixed_work, model_coefficients, shape
+from kvcargo.engine.cluster import step_tables
 from kvcargo.engine.kvmemory import KvMemory, PrefixCache
 from kvcargo.errors import KvcargoError
+from kvcargo.linkmodel import link_transfers
 from kvcargo.serving import (
     DEFAULT_BLOCK,
     DEFAULT_HOST_LINK,
@@ -45,7 +48,7 @@ from kvcargo.serving import (
     DEFAULT_PREEMPTION,
     check_model,
 )
-from kvcargo.transfer import endpoint_work, transfers
+from kvcargo.transfer import endpoint_work
 from kvcargo.workload.stream import BLOCK_TOKENS
 
 NAN = math.nan
@@ -115,11 +118,51 @@ class Rules:
     scheduled: bool
 
 
-def price(hf: np.ndarray, flops: int, nbytes: float, ep_ops: float,
-          ep_bytes: float) -> tuple[float, Any, float, float, float]:
-    """Step time, FLOPs, bytes and energies: the roofline, plus the endpoint-compression pass
-    (RS §5) when the step completes prompts that are sent compressed."""
-    dt, e_c, e_m = cost.roofline(hf, flops, nbytes)
+class StepWork(NamedTuple):
+    """What one step computes (the arguments of :func:`kvcargo.cost.mixed_work`, and the number of
+    prompt chunks) and the endpoint-compression work of the prompts it completes."""
+
+    rows: int
+    context: int
+    chunk_tokens: int
+    chunk_attn: int
+    chunk_kv: int
+    chunks: int
+    last: int
+    ep_ops: float = 0.0
+    ep_bytes: float = 0.0
+
+
+@dataclass(frozen=True)
+class PoolPrice:
+    """How a pool prices a step: its roofline coefficients, and under ``--cost-model calibrated``
+    its tables (:func:`kvcargo.calibrated.tabulate`)."""
+
+    hf: np.ndarray
+    ct: np.ndarray | None = None
+    cs: np.ndarray | None = None
+
+
+def pool_prices(res: Resolved) -> tuple[PoolPrice, PoolPrice]:
+    """The prefill (colocated: the colocated) pool's price and the decode pool's."""
+    pools = (res.prefill_pool, res.decode_pool)
+    if res.config.cost_model != "calibrated":
+        return PoolPrice(pools[0].coefficients()), PoolPrice(pools[1].coefficients())
+    ct, cs = step_tables(res)
+    return PoolPrice(pools[0].coefficients(), ct[0], cs[0]), PoolPrice(pools[1].coefficients(), ct[1], cs[1])
+
+
+def price(pool: PoolPrice, mi: np.ndarray, mf: np.ndarray, w: StepWork) -> tuple[float, Any, float, float, float]:
+    """Step time, FLOPs, bytes and energies: the pool's cost model, plus the endpoint-compression
+    pass (RS §5) when the step completes prompts that are sent compressed."""
+    flops, nbytes = mixed_work(mi, mf, w.rows, w.context, w.chunk_tokens, w.chunk_attn, w.chunk_kv, w.last)
+    hf, ep_ops, ep_bytes = pool.hf, w.ep_ops, w.ep_bytes
+    if pool.ct is None:
+        dt, e_c, e_m = cost.roofline(hf, flops, nbytes)
+    else:
+        dt, e_c, e_m = calibrated_mixed_step(pool.ct, pool.cs, hf, float(w.rows), float(w.context),
+                                             float(w.chunk_tokens), float(w.chunk_attn), float(w.chunks),
+                                             float(w.last), float(flops), nbytes)
     if not (ep_ops or ep_bytes):
         return dt, flops, nbytes, e_c, e_m
     x_t, x_c, x_m = elementwise_pass(hf, ep_ops, ep_bytes)
@@ -160,8 +203,8 @@ class Totals:
 class Instance(Totals):
     """A scheduled instance: colocated, prefill pool or decode pool (``role``)."""
 
-    def __init__(self, sim: Sim, index: int, role: str, hf: np.ndarray, kvcap: int) -> None:
-        self.sim, self.env, self.index, self.role, self.hf = sim, sim.env, index, role, hf
+    def __init__(self, sim: Sim, index: int, role: str, pool: PoolPrice, kvcap: int) -> None:
+        self.sim, self.env, self.index, self.role, self.price = sim, sim.env, index, role, pool
         rules = sim.rules
         self.rules = rules
         unit = rules.block if rules.kv_policy == "paged" else 1
@@ -380,10 +423,10 @@ class Instance(Totals):
             r.preempted_at = NAN
 
     # ------------------------------------------------------------------ steps
-    def step(self, flops: int, nbytes: float, ep_ops: float, ep_bytes: float, batch: int) -> Generator:
-        """One step (``batch`` decode rows): its roofline time plus any host-link time owed;
-        occupancy integrals from the state before it."""
-        dt, flops_f, nbytes, e_c, e_m = price(self.hf, flops, nbytes, ep_ops, ep_bytes)
+    def step(self, work: StepWork) -> Generator:
+        """One step: its pool's price plus any host-link time owed; occupancy integrals from the
+        state before it."""
+        dt, flops_f, nbytes, e_c, e_m = price(self.price, self.sim.mi, self.sim.mf, work)
         dt = dt + self.debt
         self.debt = 0.0
         if self.role != "prefill":
@@ -391,7 +434,7 @@ class Instance(Totals):
             self.run_int += len(self.running) * dt
             self.tok_int += sum(r.done - r.covered + r.tokens_out - r.base for r in self.running) * dt
             self.alloc_int += sum(r.alloc for r in self.running) * unit * dt
-        yield from self.spend(dt, flops_f, nbytes, e_c, e_m, batch)
+        yield from self.spend(dt, flops_f, nbytes, e_c, e_m, work.rows)
 
     def advance(self, rows: list[Req]) -> None:
         """Every decode row of the step got its next token; those at their length finish (in
@@ -441,8 +484,8 @@ class Instance(Totals):
             self.running.remove(r)
             self.end(r)
 
-    def chunk_work(self, rows: list[tuple[Req, int]], dec: list[Req]) -> tuple[int, float, float, float, int]:
-        """Cost of a step over decode rows ``dec`` and prompt chunks ``rows`` (and the endpoint
+    def chunk_work(self, rows: list[tuple[Req, int]], dec: list[Req]) -> StepWork:
+        """The work of a step over decode rows ``dec`` and prompt chunks ``rows`` (and the endpoint
         compression of the prompts it completes)."""
         c_sum = attn = kv = last = 0
         ep_ops = ep_bytes = 0.0
@@ -459,8 +502,7 @@ class Instance(Totals):
                     ep_ops += self.sim.ep_ops[r.rid]
                     ep_bytes += self.sim.ep_bytes[r.rid]
         context = sum(r.p + r.tokens_out for r in dec)
-        flops, nbytes = mixed_work(self.sim.mi, self.sim.mf, len(dec), context, c_sum, attn, kv, last)
-        return flops, nbytes, ep_ops, ep_bytes, len(dec)
+        return StepWork(len(dec), context, c_sum, attn, kv, len(rows), last, ep_ops, ep_bytes)
 
     def prompt_batch(self) -> list[Req]:
         """Whole prompts from the queue head within the token budget (§2.2)."""
@@ -480,7 +522,7 @@ class Instance(Totals):
 
     def prefill_step(self, batch: list[Req]) -> Generator:
         rows = [(r, r.t - r.done) for r in batch]
-        yield from self.step(*self.chunk_work(rows, []))
+        yield from self.step(self.chunk_work(rows, []))
         for r in batch:
             r.done = r.t
             self.prefill_done(r)
@@ -490,7 +532,7 @@ class Instance(Totals):
         if not self.running:
             return
         rows = list(self.running)
-        yield from self.step(*self.chunk_work([], rows))
+        yield from self.step(self.chunk_work([], rows))
         self.advance(rows)
 
     def chunked_step(self) -> Generator:
@@ -514,7 +556,7 @@ class Instance(Totals):
             rows.append((r, c))
         if not dec and not rows:
             return False
-        yield from self.step(*self.chunk_work(rows, dec))
+        yield from self.step(self.chunk_work(rows, dec))
         self.advance(dec)
         for r, c in rows:
             r.done += c
@@ -580,8 +622,8 @@ class PlainInstance(Totals):
     """The reference's prefill or decode instance (RS §6.2), for closed-loop sessions that use
     no scheduling lever in disaggregated mode."""
 
-    def __init__(self, sim: Sim, index: int, role: str, hf: np.ndarray, kvcap: int) -> None:
-        self.sim, self.env, self.index, self.role, self.hf, self.kvcap = sim, sim.env, index, role, hf, kvcap
+    def __init__(self, sim: Sim, index: int, role: str, pool: PoolPrice, kvcap: int) -> None:
+        self.sim, self.env, self.index, self.role, self.price, self.kvcap = sim, sim.env, index, role, pool, kvcap
         self.queue: deque[Req] = deque()
         self.running: list[Req] = []
         self.kv_used = 0
@@ -596,8 +638,8 @@ class PlainInstance(Totals):
     def load(self) -> int:
         return len(self.queue) + len(self.running)
 
-    def charge(self, flops: int, nbytes: float, ep_ops: float, ep_bytes: float, batch: int) -> Generator:
-        yield from self.spend(*price(self.hf, flops, nbytes, ep_ops, ep_bytes), batch)
+    def charge(self, work: StepWork) -> Generator:
+        yield from self.spend(*price(self.price, self.sim.mi, self.sim.mf, work), work.rows)
 
     def loop(self) -> Generator:
         sim, env = self.sim, self.env
@@ -611,8 +653,7 @@ class PlainInstance(Totals):
                     self.running.append(r)
             if self.role == "decode" and self.running:
                 ctx = sum(r.p + r.tokens_out for r in self.running)
-                flops, nbytes = mixed_work(sim.mi, sim.mf, len(self.running), ctx, 0, 0, 0, 0)
-                yield from self.charge(flops, nbytes, 0.0, 0.0, len(self.running))
+                yield from self.charge(StepWork(len(self.running), ctx, 0, 0, 0, 0, 0))
                 still = []
                 for r in self.running:
                     next_token(r, env.now)
@@ -631,9 +672,8 @@ class PlainInstance(Totals):
                     tokens += r.p
                 attn = sum(r.p * (r.p + 1) for r in batch)
                 ep = [r.rid for r in batch if r.o > 1] if sim.endpoint else []
-                flops, nbytes = mixed_work(sim.mi, sim.mf, 0, 0, tokens, attn, tokens, len(batch))
-                yield from self.charge(flops, nbytes, sum(sim.ep_ops[i] for i in ep),
-                                       sum(sim.ep_bytes[i] for i in ep), 0)
+                yield from self.charge(StepWork(0, 0, tokens, attn, tokens, len(batch), len(batch),
+                                                sum(sim.ep_ops[i] for i in ep), sum(sim.ep_bytes[i] for i in ep)))
                 for r in batch:
                     r.first_token = r.last_token = env.now
                     r.tokens_out = 1
@@ -686,24 +726,22 @@ class Sim:
         self.endpoint = False
         self.colocated = res.colocated
         kind = Instance if c.scheduled or res.colocated else PlainInstance
+        prefill_price, decode_price = pool_prices(res)
         if res.colocated:
             cap = res.kv_capacity
-            hf = res.decode_pool.coefficients()
-            self.instances = [Instance(self, i, "colocated", hf, cap) for i in range(res.n_decode)]
+            self.instances = [Instance(self, i, "colocated", decode_price, cap) for i in range(res.n_decode)]
             self.prefill, self.decode = [], self.instances
         else:
             handoff = shape(model).handoff_bytes(np.asarray(w.prompt, dtype=np.int64))
             comp = res.compression
-            self.xfer = transfers(res.link, comp, handoff, model.kv_bytes, np.asarray(w.prompt))
+            self.xfer = link_transfers(c.link_model, res.link, comp, handoff, model.kv_bytes, np.asarray(w.prompt))
             if comp is not None and comp.at == "endpoint":
                 self.endpoint = True
                 ops, eb = endpoint_work(comp, handoff, np.asarray(w.prompt), model.kv_bytes)
                 self.ep_ops, self.ep_bytes = ops.tolist(), eb.tolist()
             pre_cap = kv_capacity(model, res.prefill_pool)
-            self.prefill = [kind(self, i, "prefill", res.prefill_pool.coefficients(), pre_cap)
-                            for i in range(res.n_prefill)]
-            self.decode = [kind(self, i, "decode", res.decode_pool.coefficients(), res.kv_capacity)
-                           for i in range(res.n_decode)]
+            self.prefill = [kind(self, i, "prefill", prefill_price, pre_cap) for i in range(res.n_prefill)]
+            self.decode = [kind(self, i, "decode", decode_price, res.kv_capacity) for i in range(res.n_decode)]
             self.instances = self.prefill + self.decode
         for inst in self.instances:
             env.process(inst.loop())
