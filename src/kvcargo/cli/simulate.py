@@ -64,4 +64,4 @@ def command(as_json: bool, requests_csv: str | None, trace_file: str | None, sum
     elif as_json:
         click.echo(json.dumps(jsonable(result.to_dict()), indent=2))
     else:
-        click.echo(render(config.values(), result.summary))
+        click.echo(render(result.config.values(), result.summary))  # a preset's SLOs, as scored
