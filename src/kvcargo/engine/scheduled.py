@@ -10,7 +10,7 @@ when multi-turn sessions release turns in a closed loop. Each instance is one pr
 over step boundaries: it swaps KV back in, admits from its FIFO queue under the KV policy, grows
 paged allocations (preempting the latest arrival when memory runs out) and runs one step — a
 prompt batch, a decode step or a chunked mixed step — priced by the pool's cost model
-(:func:`kvcargo.cost.mixed_work`). In disaggregated mode a prefilled request first reserves KV
+(:func:`kvcargo.cost.mixed_parts`; with a parallel layout, its slots and communication). In disaggregated mode a prefilled request first reserves KV
 on its decode instance, then moves over the shared link.
 
 The rules mirror vLLM's scheduler (PagedAttention, preemption by recompute or swap: Kwon et al.,
@@ -33,11 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from kvcargo import cost
 from kvcargo.config import Resolved
-from kvcargo.cost import elementwise_pass, kv_capacity, mixed_work, model_coefficients, shape
+from kvcargo.cost import elementwise_pass, mixed_parts, model_coefficients, shape
 from kvcargo.engine.kvmemory import KvMemory, PrefixCache
+from kvcargo.engine.pricing import scheduled_pass
 from kvcargo.errors import KvcargoError
+from kvcargo.lever_metrics import COMM, SCALE_UP_J
 from kvcargo.serving import (
     DEFAULT_BLOCK,
     DEFAULT_HOST_LINK,
@@ -115,15 +116,13 @@ class Rules:
     scheduled: bool
 
 
-def price(hf: np.ndarray, flops: int, nbytes: float, ep_ops: float,
-          ep_bytes: float) -> tuple[float, Any, float, float, float]:
-    """Step time, FLOPs, bytes and energies: the roofline, plus the endpoint-compression pass
-    (RS §5) when the step completes prompts that are sent compressed."""
-    dt, e_c, e_m = cost.roofline(hf, flops, nbytes)
-    if not (ep_ops or ep_bytes):
-        return dt, flops, nbytes, e_c, e_m
-    x_t, x_c, x_m = elementwise_pass(hf, ep_ops, ep_bytes)
-    return dt + x_t, flops + ep_ops, nbytes + ep_bytes, e_c + x_c, e_m + x_m
+def pool_arrays(res: Resolved) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per pool row (0 prefill or colocated, 1 decode): roofline coefficients, stage-device
+    coefficients and packed layout (levers-parallel §2.2; all zeros without a layout)."""
+    first = res.decode_pool if res.colocated else res.prefill_pool
+    hf = np.stack([first.coefficients(), res.decode_pool.coefficients()])
+    lf, hs = res.levers.layout_arrays(res.model, res.prefill_pool, res.decode_pool)
+    return hf, hs, lf
 
 
 def next_token(r: Req, now: float) -> None:
@@ -138,10 +137,29 @@ class Totals:
 
     sim: Sim
     index: int
+    pool: int
+    """Row of the pool arrays (:func:`pool_arrays`)."""
 
     def init_totals(self) -> None:
         self.busy = self.flops = self.nbytes = self.e_c = self.e_m = 0.0
+        self.comm = self.scale_up_j = 0.0
         self.steps = 0
+
+    def price(self, flops: int, w: float, o: float, tokens: int, ep_ops: float,
+              ep_bytes: float) -> tuple[float, Any, float, float, float]:
+        """Time, FLOPs, bytes and energies of a step of ``flops`` FLOPs, weight traffic ``w``, KV
+        bytes ``o`` over ``tokens`` tokens on this instance's pool (a layout's communication
+        booked), plus the endpoint-compression pass (RS §5) when the step completes prompts that
+        are sent compressed."""
+        sim, k = self.sim, self.pool
+        dt, nbytes, e_c, e_m, comm_t, scale_up_j = scheduled_pass(sim.hf[k], sim.hs[k], sim.lf[k], flops, w, o,
+                                                                  tokens)
+        self.comm += comm_t
+        self.scale_up_j += scale_up_j
+        if not (ep_ops or ep_bytes):
+            return dt, flops, nbytes, e_c, e_m
+        x_t, x_c, x_m = elementwise_pass(sim.hf[k], ep_ops, ep_bytes)
+        return dt + x_t, flops + ep_ops, nbytes + ep_bytes, e_c + x_c, e_m + x_m
 
     def spend(self, dt: float, flops: Any, nbytes: float, e_c: float, e_m: float, batch: int) -> Generator:
         """Charge a step of ``dt`` seconds (``batch`` decode rows: logged) and wait it out."""
@@ -160,8 +178,9 @@ class Totals:
 class Instance(Totals):
     """A scheduled instance: colocated, prefill pool or decode pool (``role``)."""
 
-    def __init__(self, sim: Sim, index: int, role: str, hf: np.ndarray, kvcap: int) -> None:
-        self.sim, self.env, self.index, self.role, self.hf = sim, sim.env, index, role, hf
+    def __init__(self, sim: Sim, index: int, role: str, kvcap: int) -> None:
+        self.sim, self.env, self.index, self.role = sim, sim.env, index, role
+        self.pool = int(role == "decode")
         rules = sim.rules
         self.rules = rules
         unit = rules.block if rules.kv_policy == "paged" else 1
@@ -380,10 +399,11 @@ class Instance(Totals):
             r.preempted_at = NAN
 
     # ------------------------------------------------------------------ steps
-    def step(self, flops: int, nbytes: float, ep_ops: float, ep_bytes: float, batch: int) -> Generator:
-        """One step (``batch`` decode rows): its roofline time plus any host-link time owed;
+    def step(self, flops: int, w: float, o: float, tokens: int, ep_ops: float, ep_bytes: float,
+             batch: int) -> Generator:
+        """One step (``batch`` decode rows): its priced time plus any host-link time owed;
         occupancy integrals from the state before it."""
-        dt, flops_f, nbytes, e_c, e_m = price(self.hf, flops, nbytes, ep_ops, ep_bytes)
+        dt, flops_f, nbytes, e_c, e_m = self.price(flops, w, o, tokens, ep_ops, ep_bytes)
         dt = dt + self.debt
         self.debt = 0.0
         if self.role != "prefill":
@@ -441,9 +461,11 @@ class Instance(Totals):
             self.running.remove(r)
             self.end(r)
 
-    def chunk_work(self, rows: list[tuple[Req, int]], dec: list[Req]) -> tuple[int, float, float, float, int]:
-        """Cost of a step over decode rows ``dec`` and prompt chunks ``rows`` (and the endpoint
-        compression of the prompts it completes)."""
+    def chunk_work(self, rows: list[tuple[Req, int]],
+                   dec: list[Req]) -> tuple[int, float, float, int, float, float, int]:
+        """Work of a step over decode rows ``dec`` and prompt chunks ``rows`` (FLOPs, weight
+        traffic, KV bytes, tokens), the endpoint compression of the prompts it completes, and
+        its decode rows."""
         c_sum = attn = kv = last = 0
         ep_ops = ep_bytes = 0.0
         for r, c in rows:
@@ -459,8 +481,8 @@ class Instance(Totals):
                     ep_ops += self.sim.ep_ops[r.rid]
                     ep_bytes += self.sim.ep_bytes[r.rid]
         context = sum(r.p + r.tokens_out for r in dec)
-        flops, nbytes = mixed_work(self.sim.mi, self.sim.mf, len(dec), context, c_sum, attn, kv, last)
-        return flops, nbytes, ep_ops, ep_bytes, len(dec)
+        flops, w, o, tokens = mixed_parts(self.sim.mi, self.sim.mf, len(dec), context, c_sum, attn, kv, last)
+        return flops, w, o, tokens, ep_ops, ep_bytes, len(dec)
 
     def prompt_batch(self) -> list[Req]:
         """Whole prompts from the queue head within the token budget (§2.2)."""
@@ -580,8 +602,9 @@ class PlainInstance(Totals):
     """The reference's prefill or decode instance (RS §6.2), for closed-loop sessions that use
     no scheduling lever in disaggregated mode."""
 
-    def __init__(self, sim: Sim, index: int, role: str, hf: np.ndarray, kvcap: int) -> None:
-        self.sim, self.env, self.index, self.role, self.hf, self.kvcap = sim, sim.env, index, role, hf, kvcap
+    def __init__(self, sim: Sim, index: int, role: str, kvcap: int) -> None:
+        self.sim, self.env, self.index, self.role, self.kvcap = sim, sim.env, index, role, kvcap
+        self.pool = int(role == "decode")
         self.queue: deque[Req] = deque()
         self.running: list[Req] = []
         self.kv_used = 0
@@ -596,8 +619,8 @@ class PlainInstance(Totals):
     def load(self) -> int:
         return len(self.queue) + len(self.running)
 
-    def charge(self, flops: int, nbytes: float, ep_ops: float, ep_bytes: float, batch: int) -> Generator:
-        yield from self.spend(*price(self.hf, flops, nbytes, ep_ops, ep_bytes), batch)
+    def charge(self, work: tuple[int, float, float, int], ep_ops: float, ep_bytes: float, batch: int) -> Generator:
+        yield from self.spend(*self.price(*work, ep_ops, ep_bytes), batch)
 
     def loop(self) -> Generator:
         sim, env = self.sim, self.env
@@ -611,8 +634,8 @@ class PlainInstance(Totals):
                     self.running.append(r)
             if self.role == "decode" and self.running:
                 ctx = sum(r.p + r.tokens_out for r in self.running)
-                flops, nbytes = mixed_work(sim.mi, sim.mf, len(self.running), ctx, 0, 0, 0, 0)
-                yield from self.charge(flops, nbytes, 0.0, 0.0, len(self.running))
+                work = mixed_parts(sim.mi, sim.mf, len(self.running), ctx, 0, 0, 0, 0)
+                yield from self.charge(work, 0.0, 0.0, len(self.running))
                 still = []
                 for r in self.running:
                     next_token(r, env.now)
@@ -631,9 +654,8 @@ class PlainInstance(Totals):
                     tokens += r.p
                 attn = sum(r.p * (r.p + 1) for r in batch)
                 ep = [r.rid for r in batch if r.o > 1] if sim.endpoint else []
-                flops, nbytes = mixed_work(sim.mi, sim.mf, 0, 0, tokens, attn, tokens, len(batch))
-                yield from self.charge(flops, nbytes, sum(sim.ep_ops[i] for i in ep),
-                                       sum(sim.ep_bytes[i] for i in ep), 0)
+                work = mixed_parts(sim.mi, sim.mf, 0, 0, tokens, attn, tokens, len(batch))
+                yield from self.charge(work, sum(sim.ep_ops[i] for i in ep), sum(sim.ep_bytes[i] for i in ep), 0)
                 for r in batch:
                     r.first_token = r.last_token = env.now
                     r.tokens_out = 1
@@ -657,6 +679,7 @@ class Sim:
         model = res.model
         check_model(res)
         self.mi, self.mf = model_coefficients(model, c.lm_head)
+        self.hf, self.hs, self.lf = pool_arrays(res)
         kv_tok = int(shape(model).kv_per_token)
         host = res.catalog.link(c.host_link or DEFAULT_HOST_LINK)
         self.rules = Rules(
@@ -688,8 +711,7 @@ class Sim:
         kind = Instance if c.scheduled or res.colocated else PlainInstance
         if res.colocated:
             cap = res.kv_capacity
-            hf = res.decode_pool.coefficients()
-            self.instances = [Instance(self, i, "colocated", hf, cap) for i in range(res.n_decode)]
+            self.instances = [Instance(self, i, "colocated", cap) for i in range(res.n_decode)]
             self.prefill, self.decode = [], self.instances
         else:
             handoff = shape(model).handoff_bytes(np.asarray(w.prompt, dtype=np.int64))
@@ -699,11 +721,9 @@ class Sim:
                 self.endpoint = True
                 ops, eb = endpoint_work(comp, handoff, np.asarray(w.prompt), model.kv_bytes)
                 self.ep_ops, self.ep_bytes = ops.tolist(), eb.tolist()
-            pre_cap = kv_capacity(model, res.prefill_pool)
-            self.prefill = [kind(self, i, "prefill", res.prefill_pool.coefficients(), pre_cap)
-                            for i in range(res.n_prefill)]
-            self.decode = [kind(self, i, "decode", res.decode_pool.coefficients(), res.kv_capacity)
-                           for i in range(res.n_decode)]
+            pre_cap = res.levers.prefill.kv_capacity  # the pool's own (stage by stage with a layout)
+            self.prefill = [kind(self, i, "prefill", pre_cap) for i in range(res.n_prefill)]
+            self.decode = [kind(self, i, "decode", res.kv_capacity) for i in range(res.n_decode)]
             self.instances = self.prefill + self.decode
         for inst in self.instances:
             env.process(inst.loop())
@@ -873,6 +893,14 @@ def lever_metrics(sim: Sim) -> dict[str, Any]:
     return out
 
 
+def lever_stats(comm: Any, scale_up_j: Any) -> np.ndarray:
+    """The record's per-instance lever table of a scheduled run: a layout's communication seconds
+    and scale-up J (levers-parallel §2.4); no draft."""
+    out = np.zeros((len(comm), 5))
+    out[:, COMM], out[:, SCALE_UP_J] = comm, scale_up_j
+    return out
+
+
 def run_scheduled(res: Resolved):  # type: ignore[no-untyped-def]
     """Simulate a configuration with the scheduled engine; the same record as the plain one."""
     from kvcargo.engine import sched_run
@@ -911,7 +939,8 @@ def run_scheduled(res: Resolved):  # type: ignore[no-untyped-def]
         port_busy=np.array([sim.link_busy]), port_channels=np.array([res.channels]),
         link_busy_s=sim.link_busy, link_j=sim.link_j, transit_j=sim.transit_j, transit_bound=moved,
         wire_bytes=zeros if colocated else sim.xfer.wire_bytes,
-        lever_stats=np.zeros((len(sim.instances), 5)), verify_passes=np.zeros(n, dtype=np.int64),
+        lever_stats=lever_stats([i.comm for i in sim.instances], [i.scale_up_j for i in sim.instances]),
+        verify_passes=np.zeros(n, dtype=np.int64),
         engine_stats=np.zeros((len(sim.instances), 3)), prefill_done=np.full(n, np.nan),
         itl_values=itls, itl_offsets=offsets, levers=levers, swap_j=swap_j, spans=sim.spans,
     )
