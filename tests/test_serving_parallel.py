@@ -243,3 +243,26 @@ def test_scheduled_pass_is_the_roofline_or_the_layouts_slots() -> None:
     t, c_j, m_j, b, comm_t, su_j = parallel_step(hs[1], lf[1], flops, w, o, 640)
     assert scheduled_pass(hf, hs[1], lf[1], flops, w, o, 640) == (t, b, c_j, m_j, comm_t, su_j)
     assert comm_t > 0 and su_j > 0
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"kv_policy": "paged", "speculative": "mtp"}, "drop --speculative"),
+    ({"turns": 2, "speculative": "llama3.2-1b"}, "drop --speculative"),
+    ({"batch_policy": "chunked", "tp": 1, "ep": 1}, "drop --ep"),
+    ({"model": "mixtral-8x7b", "devices_per_instance": 2, "tp": 2, "ep": 2, "expert_imbalance": 1.3,
+      "max_num_batched_tokens": 8192}, "drop --ep"),
+])
+def test_expert_parallelism_and_drafts_stay_refused(kw: dict, needle: str) -> None:
+    """The scheduled engine's instances take layouts and formats, not expert parallelism or a
+    speculative draft (one line naming the flag to drop)."""
+    with pytest.raises(ValueError, match=needle) as err:
+        SimConfig(requests=10, **{"model": "llama3-8b"} | kw)
+    assert "modelled for dense models without a speculative draft" in str(err.value)
+
+
+def test_a_mixture_of_experts_with_a_layout_stays_refused() -> None:
+    from kvcargo.errors import KvcargoError
+
+    c = SimConfig(requests=10, model="mixtral-8x7b", devices_per_instance=2, tp=2, kv_policy="paged")
+    with pytest.raises(KvcargoError, match="modelled for dense full-attention models; mixtral-8x7b"):
+        simulate(c)
