@@ -165,7 +165,8 @@ def _check_invariants(r, c: SimConfig) -> None:  # type: ignore[no-untyped-def]
         roles = ("colocated",) if c.mode == "colocated" else ("prefill", "decode")
         for role in roles:
             pool = lev.decode if role != "prefill" else lev.prefill
-            assert (s[f"comm_s_{role}"] > 0) == (pool.layout is not None and (pool.layout.tp > 1 or pool.layout.pp > 1))
+            split = pool.layout is not None and pool.layout.tp * pool.layout.pp > 1
+            assert (s[f"comm_s_{role}"] > 0) == split
             assert 0 <= s[f"comm_frac_{role}"] < 1
 
 

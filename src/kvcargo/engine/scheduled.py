@@ -10,8 +10,9 @@ when multi-turn sessions release turns in a closed loop. Each instance is one pr
 over step boundaries: it swaps KV back in, admits from its FIFO queue under the KV policy, grows
 paged allocations (preempting the latest arrival when memory runs out) and runs one step — a
 prompt batch, a decode step or a chunked mixed step — priced by the pool's cost model
-(:func:`kvcargo.cost.mixed_parts`; with a parallel layout, its slots and communication). In disaggregated mode a prefilled request first reserves KV
-on its decode instance, then moves over the shared link.
+(:func:`kvcargo.cost.mixed_parts`; with a parallel layout, its slots and communication,
+levers-parallel §2.2). In disaggregated mode a prefilled request first reserves KV on its decode
+instance, then moves over the shared link.
 
 The rules mirror vLLM's scheduler (PagedAttention, preemption by recompute or swap: Kwon et al.,
 SOSP 2023, arXiv:2309.06180) and Sarathi-Serve's chunked prefill (Agrawal et al., OSDI 2024,
@@ -152,13 +153,13 @@ class Totals:
         booked), plus the endpoint-compression pass (RS §5) when the step completes prompts that
         are sent compressed."""
         sim, k = self.sim, self.pool
-        dt, nbytes, e_c, e_m, comm_t, scale_up_j = scheduled_pass(sim.hf[k], sim.hs[k], sim.lf[k], flops, w, o,
-                                                                  tokens)
+        hf = sim.hf[k]
+        dt, nbytes, e_c, e_m, comm_t, scale_up_j = scheduled_pass(hf, sim.hs[k], sim.lf[k], flops, w, o, tokens)
         self.comm += comm_t
         self.scale_up_j += scale_up_j
         if not (ep_ops or ep_bytes):
             return dt, flops, nbytes, e_c, e_m
-        x_t, x_c, x_m = elementwise_pass(sim.hf[k], ep_ops, ep_bytes)
+        x_t, x_c, x_m = elementwise_pass(hf, ep_ops, ep_bytes)
         return dt + x_t, flops + ep_ops, nbytes + ep_bytes, e_c + x_c, e_m + x_m
 
     def spend(self, dt: float, flops: Any, nbytes: float, e_c: float, e_m: float, batch: int) -> Generator:
@@ -619,7 +620,8 @@ class PlainInstance(Totals):
     def load(self) -> int:
         return len(self.queue) + len(self.running)
 
-    def charge(self, work: tuple[int, float, float, int], ep_ops: float, ep_bytes: float, batch: int) -> Generator:
+    def charge(self, work: tuple[int, float, float, int], ep_ops: float, ep_bytes: float,
+               batch: int) -> Generator:
         yield from self.spend(*self.price(*work, ep_ops, ep_bytes), batch)
 
     def loop(self) -> Generator:
@@ -655,7 +657,8 @@ class PlainInstance(Totals):
                 attn = sum(r.p * (r.p + 1) for r in batch)
                 ep = [r.rid for r in batch if r.o > 1] if sim.endpoint else []
                 work = mixed_parts(sim.mi, sim.mf, 0, 0, tokens, attn, tokens, len(batch))
-                yield from self.charge(work, sum(sim.ep_ops[i] for i in ep), sum(sim.ep_bytes[i] for i in ep), 0)
+                ep_ops, ep_bytes = sum(sim.ep_ops[i] for i in ep), sum(sim.ep_bytes[i] for i in ep)
+                yield from self.charge(work, ep_ops, ep_bytes, 0)
                 for r in batch:
                     r.first_token = r.last_token = env.now
                     r.tokens_out = 1
