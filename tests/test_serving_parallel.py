@@ -99,6 +99,24 @@ def test_default_scheduling_with_levers_is_the_plain_engine(name: str, mode: str
             ("colocated",) if mode == "colocated" else ("prefill", "decode")))
 
 
+@pytest.mark.parametrize("name", ["tp4_70b", "tp2_pp2_mb3_70b_nvlink3", "w8a8_kv8_70b", "pool_parallel_70b_h100"])
+def test_the_reference_instances_of_closed_loop_sessions_price_layouts_as_the_plain_engine(name: str) -> None:
+    """Closed-loop sessions without a scheduling lever run the SimPy model's reference instances;
+    given an open-loop workload they are the plain engine, layout and formats included, to the
+    last bit (prefill memory plays no part in the reference, so H100 prefill pairs do here)."""
+    from kvcargo.engine.cluster import run
+    from kvcargo.engine.scheduled import run_scheduled
+
+    kw = LAYOUTS.get(name) or SEVENTY | {"prefill_devices_per_instance": 2, "prefill_tp": 2, "decode_pp": 4,
+                                         "rate": 2.0}
+    res = resolve(SimConfig(requests=300, **kw))
+    a, b = run(res), run_scheduled(res)
+    for f in ("prefill_start", "first_token", "kv_start", "kv_ready", "decode_start", "finish", "status"):
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)
+    np.testing.assert_array_equal(a.stats, b.stats)
+    np.testing.assert_array_equal(a.lever_stats, b.lever_stats)
+
+
 def test_capacities_are_the_layouts_and_formats() -> None:
     """A pool's units are floor(KVcap / u) of its layout-aware capacity (levers-serving §1,
     levers-parallel §2.3 and §3.4's values: 70B on 4×H100, tp 1 × pp 4 → 435,463 tokens; fp8
