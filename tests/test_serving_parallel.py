@@ -152,6 +152,8 @@ SIMPY_ONLY = {  # prefix caching and closed-loop sessions without a scheduling l
     "prefix_caching_int8_disagg_pp": SEVENTY | {"pp": 2, "tp": 2, "weight_format": "int8", "prefix_caching": True,
                                                 "kv_policy": "paged", "workload": "coding-agent", "rate": 1.0},
     "sessions_plain_tp4_disagg": SEVENTY | {"tp": 4, "turns": 3, "think": 0.2, "rate": 2.0},
+    "sessions_plain_tp2_pp2_colocated": SEVENTY | {"mode": "colocated", "tp": 2, "pp": 2, "kv_format": "fp8",
+                                                   "turns": 4, "rate": 2.0},
     "chat_preset_pool_layouts": SEVENTY | {"device": "h200", "prefill_devices_per_instance": 2, "prefill_tp": 2,
                                            "decode_pp": 4, "workload": "chat", "rate": 2.0},
 }
