@@ -308,15 +308,18 @@ def decode_work(mi: np.ndarray, mf: np.ndarray, batch: int, context: int) -> tup
     return flops, w + o
 
 
-def mixed_work(mi: np.ndarray, mf: np.ndarray, batch: int, context: int, chunk_tokens: int, chunk_attn: int,
-               chunk_kv: int, n_last: int) -> tuple[int, float]:
-    """FLOPs and bytes of a step mixing ``batch`` decode rows (contexts summing to ``context``)
-    with prompt chunks (levers-serving §2.5): ``chunk_tokens`` = Σ c_k, ``chunk_attn`` =
-    Σ c_k·(2·p0_k + c_k + 1) (causal attention over the p0_k positions before each chunk and
-    itself), ``chunk_kv`` = Σ (p0_k + c_k) (KV read and written), ``n_last`` chunks end a prompt.
+@kernel(inline=True)
+def mixed_parts(mi: np.ndarray, mf: np.ndarray, batch: int, context: int, chunk_tokens: int, chunk_attn: int,
+                chunk_kv: int, n_last: int) -> tuple[int, float, float, int]:
+    """FLOPs, weight traffic, KV bytes and tokens of a step mixing ``batch`` decode rows (contexts
+    summing to ``context``) with prompt chunks (levers-serving §2.5): ``chunk_tokens`` = Σ c_k,
+    ``chunk_attn`` = Σ c_k·(2·p0_k + c_k + 1) (causal attention over the p0_k positions before
+    each chunk and itself), ``chunk_kv`` = Σ (p0_k + c_k) (KV read and written), ``n_last``
+    chunks end a prompt. The step's bytes are weight traffic + KV bytes (a parallel layout
+    prices the two apart, levers-parallel §2.2).
 
-    With no chunks this is :func:`decode_work`; with no decode rows and every p0 = 0 it is
-    :func:`prefill_work` (dense models only).
+    With no chunks this is :func:`decode_parts`; with no decode rows and every p0 = 0 it is
+    :func:`prefill_parts` (dense models only).
     """
     if mi[MI_LM_LAST]:
         lm = mi[MI_TWO_PLAYERS] * chunk_tokens + mi[MI_TWO_VD] * n_last
@@ -324,7 +327,7 @@ def mixed_work(mi: np.ndarray, mf: np.ndarray, batch: int, context: int, chunk_t
         lm = mi[MI_TWO_PMM] * chunk_tokens
     flops = mi[MI_TWO_PMM] * batch + mi[MI_FOUR_LD] * (context + batch) + lm + mi[MI_TWO_LD] * chunk_attn
     tokens = batch + chunk_tokens
-    return flops, mf[MF_W_STR] + tokens * mf[MF_ROW] + (context + batch + chunk_kv) * mf[MF_KV_TOK]
+    return flops, weight_traffic(mi, mf, tokens), (context + batch + chunk_kv) * mf[MF_KV_TOK], tokens
 
 
 def roofline(hf: np.ndarray, flops: float, nbytes: float) -> tuple[float, float, float]:

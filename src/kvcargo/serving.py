@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvcargo.errors import KvcargoError
-from kvcargo.levers import PARALLEL_LEVERS
 from kvcargo.workload import LengthDist, Workload, generate
 from kvcargo.workload.sessions import PRESETS, SessionShape, generate_sessions
 
@@ -25,6 +24,10 @@ DEFAULT_PREFIX_SHARE = 1.0
 PRESET_FIELDS = ("prompt", "prompt_cv", "output", "output_cv", "turns", "think", "system_prompts", "system_len",
                  "prefix_share")
 """Fields a ``--workload`` preset sets (giving them too changes nothing: a note says so)."""
+SCHEDULED_REFUSED_LEVERS = ("ep", "expert_imbalance", "speculative")
+"""The levers of levers-parallel the scheduled engine does not run: expert parallelism (its
+models are dense) and a speculative draft. Its instances take every other one: layouts, scale-up
+links and number formats (levers-parallel §1)."""
 
 
 def _changed(c: SimConfig, name: str) -> bool:
@@ -54,10 +57,10 @@ def check_serving(c: SimConfig) -> None:
     if (c.scheduled or closed_loop) and c.handoff_features:
         raise ValueError("the serving levers and multi-turn sessions use the reference hand-off: drop --send, "
                          "--topology, --link-sharing, --kv-reserve and --decode-prefix-cache")
-    parallel = [f for f in PARALLEL_LEVERS if _changed(c, f)]
-    if (c.scheduled or closed_loop) and parallel:
-        raise ValueError(f"the serving levers and multi-turn sessions run on single-device-equivalent BF16 "
-                         f"instances without a draft: drop --{parallel[0].replace('_', '-')}")
+    unmodelled = [f for f in SCHEDULED_REFUSED_LEVERS if _changed(c, f)]
+    if (c.scheduled or closed_loop) and unmodelled:
+        raise ValueError(f"the serving levers and multi-turn sessions are modelled for dense models without a "
+                         f"speculative draft: drop --{unmodelled[0].replace('_', '-')}")
     if c.prefix_caching and c.decode_prefix_cache:
         raise ValueError("--prefix-caching and --decode-prefix-cache are two prefix caches: choose one")
 

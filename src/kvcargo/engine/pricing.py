@@ -34,6 +34,20 @@ def _layout_pass(st, pr, pool, row, flops, w, o, tokens):
 
 
 @kernel(inline=True)
+def scheduled_pass(hf, hs, lf, flops, w, o, tokens):
+    """A scheduled instance's forward pass of ``flops`` FLOPs, weight traffic ``w``, KV bytes
+    ``o`` and ``tokens`` tokens on its pool (roofline ``hf``; with a layout ``lf``, its slots on
+    the stage device ``hs``, levers-parallel §2.2): (time with overhead, bytes counted, compute J,
+    memory J, communication s, scale-up J)."""
+    if lf[LF_ON] == 0.0:
+        nbytes = w + o
+        dt, e_c, e_m = roofline(hf, flops, nbytes)
+        return dt, nbytes, e_c, e_m, 0.0, 0.0
+    dt, e_c, e_m, nbytes, comm_t, scale_up_j = parallel_step(hs, lf, flops, w, o, tokens)
+    return dt, nbytes, e_c, e_m, comm_t, scale_up_j
+
+
+@kernel(inline=True)
 def _with_draft_pass(pr, pool, step, f_d, w_d, o_d):
     """A step with one more draft pass (FLOPs ``f_d``, bytes ``w_d + o_d``) added left to right;
     returns it and the pass's time."""

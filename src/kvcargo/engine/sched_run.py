@@ -15,13 +15,13 @@ import numpy as np
 
 from kvcargo import _jit
 from kvcargo.config import Resolved
-from kvcargo.cost import kv_capacity, model_coefficients, shape
+from kvcargo.cost import model_coefficients, shape
 from kvcargo.engine import aot
 from kvcargo.engine import sched_state as S
 from kvcargo.engine.cluster import step_tables
 from kvcargo.engine.heap import ITEMS
 from kvcargo.engine.sched_gaps import per_request
-from kvcargo.engine.scheduled import WATERMARK, _sum
+from kvcargo.engine.scheduled import WATERMARK, _sum, lever_stats, pool_arrays
 from kvcargo.errors import KvcargoError
 from kvcargo.linkmodel import link_transfers
 from kvcargo.serving import (
@@ -87,7 +87,7 @@ def build(res: Resolved, xfer: Any) -> S.SchedState:
     ii = S.INSTANCE_INTS.new(m)
     for d in range(m):
         role = S.COLOCATED if res.colocated else (S.PREFILL if d < npre else S.DECODE)
-        kvcap = kv_capacity(model, res.prefill_pool) if role == S.PREFILL else res.kv_capacity
+        kvcap = res.levers.prefill.kv_capacity if role == S.PREFILL else res.kv_capacity
         cap = kvcap // unit
         ii[d, S.ROLE], ii[d, S.POOL], ii[d, S.INDEX] = role, int(role == S.DECODE), d - npre if d >= npre else d
         ii[d, S.CAP], ii[d, S.UNIT] = cap, unit
@@ -105,8 +105,7 @@ def build(res: Resolved, xfer: Any) -> S.SchedState:
     ct, cs = step_tables(res)
     cf = S.HOST_LINK.new()
     cf[S.H_BW], cf[S.H_LATENCY], cf[S.H_PJ] = host.bandwidth, host.latency, host.pj_per_bit
-    hf = np.stack([res.prefill_pool.coefficients() if not res.colocated else res.decode_pool.coefficients(),
-                   res.decode_pool.coefficients()])
+    hf, hs, lf = pool_arrays(res)
     g = S.INT_SCALARS.new()
     events = 4 * rows + 4 * m + 64
     log = max(1024, int(np.sum(w.output)) // 64)
@@ -115,7 +114,7 @@ def build(res: Resolved, xfer: Any) -> S.SchedState:
         snap=np.zeros((m, rows), dtype=np.int64), snapc=np.zeros((m, rows), dtype=np.int64),
         grow=np.zeros((m, rows), dtype=np.int64),
         evt=np.zeros((1, events)), evi=ITEMS.new(1, events), g=g, gf=S.FLOAT_SCALARS.new(), cfg=cfg, cf=cf,
-        hf=hf, ct=ct, cs=cs, mi=mi, mf=mf, roots=roots, logf=S.LOG_TIMES.new(log), logi=S.LOG_INTS.new(log),
+        hf=hf, ct=ct, cs=cs, hs=hs, lf=lf, mi=mi, mf=mf, roots=roots, logf=S.LOG_TIMES.new(log), logi=S.LOG_INTS.new(log),
         runi=S.RUNS.new(n + 4 * rows + 64), runf=np.zeros(n + 4 * rows + 64),
         spi=S.SPAN_INTS.new(4 * rows + 64), spf=S.SPAN_TIMES.new(4 * rows + 64))
 
@@ -222,7 +221,7 @@ def run_arrays(res: Resolved):  # type: ignore[no-untyped-def]
         transit_j=float(st.gf[S.F_TRANSIT_J]),
         transit_bound=const(False, np.bool_) if colocated else xfer.transit_bound,
         wire_bytes=const(0.0) if colocated else xfer.wire_bytes,
-        lever_stats=np.zeros((len(st.ii), 5)), verify_passes=const(0, np.int64),
+        lever_stats=lever_stats(st.fi[:, S.COMM], st.fi[:, S.SCALE_UP_J]), verify_passes=const(0, np.int64),
         engine_stats=np.zeros((len(st.ii), 3)), prefill_done=const(np.nan),
         itl_values=itl_values, itl_offsets=itl_offsets, itl_runs=(runi, runf), levers=levers,
         swap_j=levers.get("swap_J", 0.0), spans=spans,

@@ -54,9 +54,10 @@ INSTANCE_INTS = Table(np.int64, ROLE=0, POOL=0, INDEX=0, CAP=0, UNIT=0, WMARK=0,
                       N_DEC=0, N_CHUNK=0, STEPS=0, COMPUTED=0, RECOMPUTED=0, PREEMPTIONS=0, SWAP_OUT=0, SWAP_IN=0,
                       CUR_LOG=-1, PREV_LOG=-1, N_LOGGED=0, CONTEXT=0, TOKENS=0, ALLOCATED=0, RUN_GEN=0,
                       GROW_GEN=-1, N_GROW=0)
-# ``fi``: per-instance floats (accumulated in step order).
+# ``fi``: per-instance floats (accumulated in step order; COMM, SCALE_UP_J: a parallel layout's
+# communication seconds and scale-up link energy).
 INSTANCE_FLOATS = Table(np.float64, BUSY=0, FLOPS=0, NBYTES=0, E_C=0, E_M=0, RUN_INT=0, TOK_INT=0, ALLOC_INT=0,
-                        SWAP_S=0, SWAP_J=0, DEBT=0)
+                        SWAP_S=0, SWAP_J=0, DEBT=0, COMM=0, SCALE_UP_J=0)
 # ``g``: integer scalars.
 INT_SCALARS = Table(np.int64, G_SEQ=0, G_NEV=0, G_DONE=0, G_REJ=0, G_STOP=0, G_NSTEPS=0, G_NRUNS=0, G_NSPANS=0,
                     G_LINK_USERS=0, G_XFERS=0, G_NEXT_ROOT=0, G_INBOX=0)
@@ -117,6 +118,10 @@ class SchedState(NamedTuple):
     ct: np.ndarray
     cs: np.ndarray
     """Per pool row, the calibrated model's tables and scalars (C_CALIBRATED; else unread)."""
+    hs: np.ndarray
+    lf: np.ndarray
+    """Per pool row: the stage device's coefficients and the packed parallel layout (all zeros:
+    none; :func:`kvcargo.parallel.layout_coefficients`)."""
     mi: np.ndarray
     mf: np.ndarray
     roots: np.ndarray

@@ -10,8 +10,10 @@ when multi-turn sessions release turns in a closed loop. Each instance is one pr
 over step boundaries: it swaps KV back in, admits from its FIFO queue under the KV policy, grows
 paged allocations (preempting the latest arrival when memory runs out) and runs one step — a
 prompt batch, a decode step or a chunked mixed step — priced by the pool's cost model
-(:func:`kvcargo.cost.mixed_work`). In disaggregated mode a prefilled request first reserves KV
-on its decode instance, then moves over the shared link.
+(:func:`kvcargo.cost.mixed_parts`; with a parallel layout, its slots and communication,
+levers-parallel §2.2; under ``--cost-model calibrated``,
+:func:`kvcargo.calibrated.calibrated_mixed_step`). In disaggregated mode a prefilled request first reserves KV on its decode
+instance, then moves over the shared link.
 
 The rules mirror vLLM's scheduler (PagedAttention, preemption by recompute or swap: Kwon et al.,
 SOSP 2023, arXiv:2309.06180) and Sarathi-Serve's chunked prefill (Agrawal et al., OSDI 2024,
@@ -33,13 +35,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from kvcargo import cost
 from kvcargo.calibrated import calibrated_mixed_step
 from kvcargo.config import Resolved
-from kvcargo.cost import elementwise_pass, kv_capacity, mixed_work, model_coefficients, shape
+from kvcargo.cost import elementwise_pass, mixed_parts, model_coefficients, shape
 from kvcargo.engine.cluster import step_tables
 from kvcargo.engine.kvmemory import KvMemory, PrefixCache
+from kvcargo.engine.pricing import scheduled_pass
 from kvcargo.errors import KvcargoError
+from kvcargo.lever_metrics import COMM, SCALE_UP_J
 from kvcargo.linkmodel import link_transfers
 from kvcargo.serving import (
     DEFAULT_BLOCK,
@@ -119,7 +122,7 @@ class Rules:
 
 
 class StepWork(NamedTuple):
-    """What one step computes (the arguments of :func:`kvcargo.cost.mixed_work`, and the number of
+    """What one step computes (the arguments of :func:`kvcargo.cost.mixed_parts`, and the number of
     prompt chunks) and the endpoint-compression work of the prompts it completes."""
 
     rows: int
@@ -133,40 +136,13 @@ class StepWork(NamedTuple):
     ep_bytes: float = 0.0
 
 
-@dataclass(frozen=True)
-class PoolPrice:
-    """How a pool prices a step: its roofline coefficients, and under ``--cost-model calibrated``
-    its tables (:func:`kvcargo.calibrated.tabulate`)."""
-
-    hf: np.ndarray
-    ct: np.ndarray | None = None
-    cs: np.ndarray | None = None
-
-
-def pool_prices(res: Resolved) -> tuple[PoolPrice, PoolPrice]:
-    """The prefill (colocated: the colocated) pool's price and the decode pool's."""
-    pools = (res.prefill_pool, res.decode_pool)
-    if res.config.cost_model != "calibrated":
-        return PoolPrice(pools[0].coefficients()), PoolPrice(pools[1].coefficients())
-    ct, cs = step_tables(res)
-    return PoolPrice(pools[0].coefficients(), ct[0], cs[0]), PoolPrice(pools[1].coefficients(), ct[1], cs[1])
-
-
-def price(pool: PoolPrice, mi: np.ndarray, mf: np.ndarray, w: StepWork) -> tuple[float, Any, float, float, float]:
-    """Step time, FLOPs, bytes and energies: the pool's cost model, plus the endpoint-compression
-    pass (RS §5) when the step completes prompts that are sent compressed."""
-    flops, nbytes = mixed_work(mi, mf, w.rows, w.context, w.chunk_tokens, w.chunk_attn, w.chunk_kv, w.last)
-    hf, ep_ops, ep_bytes = pool.hf, w.ep_ops, w.ep_bytes
-    if pool.ct is None:
-        dt, e_c, e_m = cost.roofline(hf, flops, nbytes)
-    else:
-        dt, e_c, e_m = calibrated_mixed_step(pool.ct, pool.cs, hf, float(w.rows), float(w.context),
-                                             float(w.chunk_tokens), float(w.chunk_attn), float(w.chunks),
-                                             float(w.last), float(flops), nbytes)
-    if not (ep_ops or ep_bytes):
-        return dt, flops, nbytes, e_c, e_m
-    x_t, x_c, x_m = elementwise_pass(hf, ep_ops, ep_bytes)
-    return dt + x_t, flops + ep_ops, nbytes + ep_bytes, e_c + x_c, e_m + x_m
+def pool_arrays(res: Resolved) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per pool row (0 prefill or colocated, 1 decode): roofline coefficients, stage-device
+    coefficients and packed layout (levers-parallel §2.2; all zeros without a layout)."""
+    first = res.decode_pool if res.colocated else res.prefill_pool
+    hf = np.stack([first.coefficients(), res.decode_pool.coefficients()])
+    lf, hs = res.levers.layout_arrays(res.model, res.prefill_pool, res.decode_pool)
+    return hf, hs, lf
 
 
 def next_token(r: Req, now: float) -> None:
@@ -181,10 +157,36 @@ class Totals:
 
     sim: Sim
     index: int
+    pool: int
+    """Row of the pool arrays (:func:`pool_arrays`)."""
 
     def init_totals(self) -> None:
         self.busy = self.flops = self.nbytes = self.e_c = self.e_m = 0.0
+        self.comm = self.scale_up_j = 0.0
         self.steps = 0
+
+    def price(self, work: StepWork) -> tuple[float, Any, float, float, float]:
+        """Time, FLOPs, bytes and energies of a step on this instance's pool — the calibrated
+        model's, or the roofline's (a layout's slots, its communication booked) — plus the
+        endpoint-compression pass (RS §5) when the step completes prompts that are sent
+        compressed."""
+        sim, k, x = self.sim, self.pool, work
+        hf, ep_ops, ep_bytes = sim.hf[k], x.ep_ops, x.ep_bytes
+        flops, w, o, tokens = mixed_parts(sim.mi, sim.mf, x.rows, x.context, x.chunk_tokens, x.chunk_attn, x.chunk_kv,
+                                          x.last)
+        if sim.ct is not None:
+            nbytes = w + o
+            dt, e_c, e_m = calibrated_mixed_step(sim.ct[k], sim.cs[k], hf, float(x.rows), float(x.context),
+                                                 float(x.chunk_tokens), float(x.chunk_attn), float(x.chunks),
+                                                 float(x.last), float(flops), nbytes)
+        else:
+            dt, nbytes, e_c, e_m, comm_t, scale_up_j = scheduled_pass(hf, sim.hs[k], sim.lf[k], flops, w, o, tokens)
+            self.comm += comm_t
+            self.scale_up_j += scale_up_j
+        if not (ep_ops or ep_bytes):
+            return dt, flops, nbytes, e_c, e_m
+        x_t, x_c, x_m = elementwise_pass(hf, ep_ops, ep_bytes)
+        return dt + x_t, flops + ep_ops, nbytes + ep_bytes, e_c + x_c, e_m + x_m
 
     def spend(self, dt: float, flops: Any, nbytes: float, e_c: float, e_m: float, batch: int) -> Generator:
         """Charge a step of ``dt`` seconds (``batch`` decode rows: logged) and wait it out."""
@@ -203,8 +205,9 @@ class Totals:
 class Instance(Totals):
     """A scheduled instance: colocated, prefill pool or decode pool (``role``)."""
 
-    def __init__(self, sim: Sim, index: int, role: str, pool: PoolPrice, kvcap: int) -> None:
-        self.sim, self.env, self.index, self.role, self.price = sim, sim.env, index, role, pool
+    def __init__(self, sim: Sim, index: int, role: str, kvcap: int) -> None:
+        self.sim, self.env, self.index, self.role = sim, sim.env, index, role
+        self.pool = int(role == "decode")
         rules = sim.rules
         self.rules = rules
         unit = rules.block if rules.kv_policy == "paged" else 1
@@ -424,9 +427,9 @@ class Instance(Totals):
 
     # ------------------------------------------------------------------ steps
     def step(self, work: StepWork) -> Generator:
-        """One step: its pool's price plus any host-link time owed; occupancy integrals from the
+        """One step: its priced time plus any host-link time owed; occupancy integrals from the
         state before it."""
-        dt, flops_f, nbytes, e_c, e_m = price(self.price, self.sim.mi, self.sim.mf, work)
+        dt, flops_f, nbytes, e_c, e_m = self.price(work)
         dt = dt + self.debt
         self.debt = 0.0
         if self.role != "prefill":
@@ -622,8 +625,9 @@ class PlainInstance(Totals):
     """The reference's prefill or decode instance (RS §6.2), for closed-loop sessions that use
     no scheduling lever in disaggregated mode."""
 
-    def __init__(self, sim: Sim, index: int, role: str, pool: PoolPrice, kvcap: int) -> None:
-        self.sim, self.env, self.index, self.role, self.price, self.kvcap = sim, sim.env, index, role, pool, kvcap
+    def __init__(self, sim: Sim, index: int, role: str, kvcap: int) -> None:
+        self.sim, self.env, self.index, self.role, self.kvcap = sim, sim.env, index, role, kvcap
+        self.pool = int(role == "decode")
         self.queue: deque[Req] = deque()
         self.running: list[Req] = []
         self.kv_used = 0
@@ -639,7 +643,7 @@ class PlainInstance(Totals):
         return len(self.queue) + len(self.running)
 
     def charge(self, work: StepWork) -> Generator:
-        yield from self.spend(*price(self.price, self.sim.mi, self.sim.mf, work), work.rows)
+        yield from self.spend(*self.price(work), work.rows)
 
     def loop(self) -> Generator:
         sim, env = self.sim, self.env
@@ -672,8 +676,8 @@ class PlainInstance(Totals):
                     tokens += r.p
                 attn = sum(r.p * (r.p + 1) for r in batch)
                 ep = [r.rid for r in batch if r.o > 1] if sim.endpoint else []
-                yield from self.charge(StepWork(0, 0, tokens, attn, tokens, len(batch), len(batch),
-                                                sum(sim.ep_ops[i] for i in ep), sum(sim.ep_bytes[i] for i in ep)))
+                ep_ops, ep_bytes = sum(sim.ep_ops[i] for i in ep), sum(sim.ep_bytes[i] for i in ep)
+                yield from self.charge(StepWork(0, 0, tokens, attn, tokens, len(batch), len(batch), ep_ops, ep_bytes))
                 for r in batch:
                     r.first_token = r.last_token = env.now
                     r.tokens_out = 1
@@ -697,6 +701,8 @@ class Sim:
         model = res.model
         check_model(res)
         self.mi, self.mf = model_coefficients(model, c.lm_head)
+        self.hf, self.hs, self.lf = pool_arrays(res)
+        self.ct, self.cs = step_tables(res) if c.cost_model == "calibrated" else (None, None)
         kv_tok = int(shape(model).kv_per_token)
         host = res.catalog.link(c.host_link or DEFAULT_HOST_LINK)
         self.rules = Rules(
@@ -726,10 +732,9 @@ class Sim:
         self.endpoint = False
         self.colocated = res.colocated
         kind = Instance if c.scheduled or res.colocated else PlainInstance
-        prefill_price, decode_price = pool_prices(res)
         if res.colocated:
             cap = res.kv_capacity
-            self.instances = [Instance(self, i, "colocated", decode_price, cap) for i in range(res.n_decode)]
+            self.instances = [Instance(self, i, "colocated", cap) for i in range(res.n_decode)]
             self.prefill, self.decode = [], self.instances
         else:
             handoff = shape(model).handoff_bytes(np.asarray(w.prompt, dtype=np.int64))
@@ -739,9 +744,9 @@ class Sim:
                 self.endpoint = True
                 ops, eb = endpoint_work(comp, handoff, np.asarray(w.prompt), model.kv_bytes)
                 self.ep_ops, self.ep_bytes = ops.tolist(), eb.tolist()
-            pre_cap = kv_capacity(model, res.prefill_pool)
-            self.prefill = [kind(self, i, "prefill", prefill_price, pre_cap) for i in range(res.n_prefill)]
-            self.decode = [kind(self, i, "decode", decode_price, res.kv_capacity) for i in range(res.n_decode)]
+            pre_cap = res.levers.prefill.kv_capacity  # the pool's own (stage by stage with a layout)
+            self.prefill = [kind(self, i, "prefill", pre_cap) for i in range(res.n_prefill)]
+            self.decode = [kind(self, i, "decode", res.kv_capacity) for i in range(res.n_decode)]
             self.instances = self.prefill + self.decode
         for inst in self.instances:
             env.process(inst.loop())
@@ -911,6 +916,14 @@ def lever_metrics(sim: Sim) -> dict[str, Any]:
     return out
 
 
+def lever_stats(comm: Any, scale_up_j: Any) -> np.ndarray:
+    """The record's per-instance lever table of a scheduled run: a layout's communication seconds
+    and scale-up J (levers-parallel §2.4); no draft."""
+    out = np.zeros((len(comm), 5))
+    out[:, COMM], out[:, SCALE_UP_J] = comm, scale_up_j
+    return out
+
+
 def run_scheduled(res: Resolved):  # type: ignore[no-untyped-def]
     """Simulate a configuration with the scheduled engine; the same record as the plain one."""
     from kvcargo.engine import sched_run
@@ -949,7 +962,8 @@ def run_scheduled(res: Resolved):  # type: ignore[no-untyped-def]
         port_busy=np.array([sim.link_busy]), port_channels=np.array([res.channels]),
         link_busy_s=sim.link_busy, link_j=sim.link_j, transit_j=sim.transit_j, transit_bound=moved,
         wire_bytes=zeros if colocated else sim.xfer.wire_bytes,
-        lever_stats=np.zeros((len(sim.instances), 5)), verify_passes=np.zeros(n, dtype=np.int64),
+        lever_stats=lever_stats([i.comm for i in sim.instances], [i.scale_up_j for i in sim.instances]),
+        verify_passes=np.zeros(n, dtype=np.int64),
         engine_stats=np.zeros((len(sim.instances), 3)), prefill_done=np.full(n, np.nan),
         itl_values=itls, itl_offsets=offsets, levers=levers, swap_j=swap_j, spans=sim.spans,
     )
