@@ -438,10 +438,12 @@ WEB_SIMULATE_CASES = [
     ({"tp": 1, "scale_up_link": "nope"}, 422, "invalid --scale-up-link: unknown link 'nope'; valid choices:"),
     ({"kv_policy": "paged", "preemption": "swap", "host_link": "nope"}, 422, "invalid --host-link: unknown link 'nope'"),
     ({"speculative": "nope"}, 422, "invalid --speculative: unknown draft 'nope'; valid choices:"),
-    ({"model": "mixtral-8x7b", "devices_per_instance": 2, "batch_policy": "chunked"}, 422,
-     "the serving levers and sessions are modelled for dense full-attention models; mixtral-8x7b"),
+    ({"model": "mistral-7b-swa", "batch_policy": "chunked"}, 422,
+     "the serving levers and sessions are modelled for full-attention models (no sliding window, no MLA); "
+     "mistral-7b-swa"),
     ({"model": "deepseek-v3", "devices_per_instance": 16, "workload": "chat"}, 422,
-     "the serving levers and sessions are modelled for dense full-attention models; deepseek-v3"),
+     "the serving levers and sessions are modelled for full-attention models (no sliding window, no MLA); "
+     "deepseek-v3"),
     ({"decode_device": ["h100"]}, 422, "invalid --decode-device"),
     ({"link": "carrier-pigeon"}, 422, "invalid --link: unknown link 'carrier-pigeon'"),
     ({"link": None}, 422, "invalid --link"),

@@ -371,7 +371,7 @@ def test_invalid_parameter_errors_name_the_field(client: TestClient) -> None:
     ({"tp": 2, "ep": 2, "devices_per_instance": 2}, "ep", "expert parallelism needs a mixture-of-experts"),
     ({"speculative": "mistral-7b"}, "speculative", "32000-token vocabulary"),
     ({"weight_format": "fp8", "compute_format": "fp8", "device": "a100"}, "compute_format", "no fp8 units"),
-    ({"batch_policy": "chunked", "model": "gemma2-9b"}, "model", "dense full-attention models"),
+    ({"batch_policy": "chunked", "model": "gemma2-9b"}, "model", "modelled for full-attention models"),
     ({"cost_model": "calibrated", "device": "optical"}, "device", "measured kernel tables"),
 ])
 def test_errors_without_a_flag_name_the_parameter_to_change(client: TestClient, body: dict, field: str,

@@ -24,10 +24,10 @@ DEFAULT_PREFIX_SHARE = 1.0
 PRESET_FIELDS = ("prompt", "prompt_cv", "output", "output_cv", "turns", "think", "system_prompts", "system_len",
                  "prefix_share")
 """Fields a ``--workload`` preset sets (giving them too changes nothing: a note says so)."""
-SCHEDULED_REFUSED_LEVERS = ("ep", "expert_imbalance", "speculative")
-"""The levers of levers-parallel the scheduled engine does not run: expert parallelism (its
-models are dense) and a speculative draft. Its instances take every other one: layouts, scale-up
-links and number formats (levers-parallel §1)."""
+SCHEDULED_REFUSED_LEVERS = ("speculative",)
+"""The levers of levers-parallel the scheduled engine does not run: a speculative draft. Its
+instances take every other one: layouts (expert parallelism included), scale-up links and number
+formats (levers-parallel §1)."""
 
 
 def _changed(c: SimConfig, name: str) -> bool:
@@ -59,8 +59,8 @@ def check_serving(c: SimConfig) -> None:
                          "--topology, --link-sharing, --kv-reserve and --decode-prefix-cache")
     unmodelled = [f for f in SCHEDULED_REFUSED_LEVERS if _changed(c, f)]
     if (c.scheduled or closed_loop) and unmodelled:
-        raise ValueError(f"the serving levers and multi-turn sessions are modelled for dense models without a "
-                         f"speculative draft: drop --{unmodelled[0].replace('_', '-')}")
+        raise ValueError(f"the serving levers and multi-turn sessions are modelled without a speculative draft: "
+                         f"drop --{unmodelled[0].replace('_', '-')}")
     if c.prefix_caching and c.decode_prefix_cache:
         raise ValueError("--prefix-caching and --decode-prefix-cache are two prefix caches: choose one")
 
@@ -133,6 +133,6 @@ def uses_scheduled_engine(res: Resolved) -> bool:
 def check_model(res: Resolved) -> None:
     """Refuse a model the scheduled engine does not model, when the run would use it (before it starts)."""
     m = res.model
-    if uses_scheduled_engine(res) and (m.experts or m.sliding_window is not None or m.kv_layout == "mla"):
-        raise KvcargoError(f"the serving levers and sessions are modelled for dense full-attention models; "
-                           f"{m.key} is not one", field="model")
+    if uses_scheduled_engine(res) and (m.sliding_window is not None or m.kv_layout == "mla"):
+        raise KvcargoError(f"the serving levers and sessions are modelled for full-attention models (no sliding "
+                           f"window, no MLA); {m.key} is not one", field="model")
