@@ -319,7 +319,7 @@ def mixed_parts(mi: np.ndarray, mf: np.ndarray, batch: int, context: int, chunk_
     prices the two apart, levers-parallel §2.2).
 
     With no chunks this is :func:`decode_parts`; with no decode rows and every p0 = 0 it is
-    :func:`prefill_parts` (dense models only).
+    :func:`prefill_parts`.
     """
     if mi[MI_LM_LAST]:
         lm = mi[MI_TWO_PLAYERS] * chunk_tokens + mi[MI_TWO_VD] * n_last
