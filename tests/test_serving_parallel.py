@@ -67,6 +67,14 @@ def simpy_engine():
         sched_run.handles = handles
 
 
+def _both_engines(c: SimConfig):  # type: ignore[no-untyped-def]
+    """``c`` run by the array loop, then by the SimPy model."""
+    assert sched_run.handles(resolve(c))
+    arrays = simulate(c)
+    with simpy_engine():
+        return arrays, simulate(c)
+
+
 def _same_run(a, b) -> None:  # type: ignore[no-untyped-def]
     """Every request's timestamps, every instance total and every summary number of ``a`` are
     ``b``'s (``b`` may add keys: the scheduler block)."""
@@ -84,11 +92,7 @@ def test_default_scheduling_with_levers_is_the_plain_engine(name: str, mode: str
     """levers-serving §0.1 with a layout or formats: both scheduled engines equal the plain one."""
     base = SimConfig(mode=mode, requests=300, **LAYOUTS[name])
     plain = simulate(base)
-    sched = base.replace(max_num_batched_tokens=8192)
-    assert sched_run.handles(resolve(sched))
-    arrays = simulate(sched)
-    with simpy_engine():
-        simpy = simulate(sched)
+    arrays, simpy = _both_engines(base.replace(max_num_batched_tokens=8192))
     _same_run(plain, arrays)
     _same_run(plain, simpy)
     s = arrays.summary
@@ -197,10 +201,7 @@ def _check_invariants(r, c: SimConfig) -> None:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("name", COMBINATIONS)
 def test_levers_with_layouts_hold_and_both_engines_agree(name: str) -> None:
     c = SimConfig(requests=120, seed=2, **COMBINATIONS[name])
-    assert sched_run.handles(resolve(c))
-    a = simulate(c)
-    with simpy_engine():
-        b = simulate(c)
+    a, b = _both_engines(c)
     _check_invariants(a, c)
     _same_run(a, b)
     assert json.dumps(a.summary, default=float) == json.dumps(b.summary, default=float)
