@@ -12,6 +12,11 @@ its all-reduces' slowdown against the measured ones, a further slowdown of its k
 prompt tokens of a step past a knee at TP > 2 (the large-step term), and a per-step decode
 overhead per TP degree. Kernel latencies come from :mod:`kvcargo.kernel_tables`.
 
+Number formats: with W8A8 fp8 weights and compute the layers' GEMMs come from the measured fp8
+table, with an fp8 KV cache the attention from the fp8-KV tables; the LM head, the elementwise
+kernels and the all-reduces stay bf16, and the framework constants (fitted on a bf16 stack)
+apply unchanged. Bytes and FLOPs are the model's in its storage formats.
+
 For the engine the model is tabulated once per run and pool (:func:`tabulate`): log-seconds on a
 log-spaced grid of tokens (1-D tables) or of (batch, tokens per sequence) (attention), which
 :func:`calibrated_step` reads with a bilinear lookup — a few flops per step. The large-step term's
