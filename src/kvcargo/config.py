@@ -17,7 +17,7 @@ from kvcargo import catalog as catalog_mod
 from kvcargo.catalog import Catalog, Link, Model
 from kvcargo.cost import LmHead, Pool, model_coefficients, require_fit
 from kvcargo.errors import KvcargoError
-from kvcargo.formats import calibrated_error, require_units
+from kvcargo.formats import calibrated_error, compute_error, require_units
 from kvcargo.levers import Levers, lever_model, resolve_levers
 from kvcargo.limits import INT64_MAX, REFERENCE_MAX_LENGTH, check_ranges, check_workload, number
 from kvcargo.params import (
@@ -239,9 +239,8 @@ class SimConfig(BaseModel):
             if alone:
                 raise ValueError(f"--{alone[0].replace('_', '-')} needs a parallel layout (--tp, --pp, --ep, "
                                  "--microbatches or a pool's --prefill-/--decode-tp/-pp)")
-        if self.compute_format not in ("bf16", self.weight_format):
-            raise ValueError("--compute-format must be bf16 (weight-only) or the weight format itself "
-                             f"(W8A8, W4A4); got {self.compute_format} with --weight-format {self.weight_format}")
+        if error := compute_error(self.weight_format, self.compute_format):
+            raise ValueError(error)
         if self.cost_model == "calibrated" and (layout or pool_layout or self.speculative is not None):
             raise ValueError("parallel layouts and speculative decoding follow the companion's roofline: "
                              "they need --cost-model roofline (the calibrated model runs each instance "

@@ -43,6 +43,14 @@ def require_units(device: Device, compute: str, role: str, cost_model: str = "ro
         raise KvcargoError(f"{role} pool: {device.name} has no {compute} units ({hint})", field="compute_format")
 
 
+def compute_error(weight: str, compute: str) -> str | None:
+    """Why a compute format does not go with these weights (None: it does)."""
+    if compute in ("bf16", weight):
+        return None
+    return ("--compute-format must be bf16 (weight-only) or the weight format itself (W8A8, W4A4); "
+            f"got {compute} with --weight-format {weight}")
+
+
 def calibrated_error(weight: str, kv: str, compute: str) -> str | None:
     """Why ``--cost-model calibrated`` cannot price these formats (None: it can). Its tables
     measure bf16 and W8A8 fp8 GEMMs and attention over a bf16 or fp8 KV cache, nothing weight-only."""

@@ -35,7 +35,14 @@ from kvcargo.cost import (
     require_fit,
 )
 from kvcargo.errors import KvcargoError
-from kvcargo.formats import BYTES_PER_VALUE, calibrated_error, is_default, require_units, with_formats
+from kvcargo.formats import (
+    BYTES_PER_VALUE,
+    calibrated_error,
+    compute_error,
+    is_default,
+    require_units,
+    with_formats,
+)
 from kvcargo.limits import check_ranges, check_step
 
 Phase = Literal["prefill", "decode"]
@@ -58,10 +65,10 @@ def step(model: str, device: str, devices: int, phase: Phase, batch: int, length
     for flag, f in formats.items():
         if f not in BYTES_PER_VALUE:
             raise KvcargoError(f"unknown --{flag.replace('_', '-')} {f!r}; valid choices: {', '.join(BYTES_PER_VALUE)}")
-    if compute_format not in ("bf16", weight_format):
-        raise KvcargoError("--compute-format must be bf16 (weight-only) or the weight format itself (W8A8, W4A4); "
-                           f"got {compute_format} with --weight-format {weight_format}")
-    if cost_model == "calibrated" and (error := calibrated_error(weight_format, kv_format, compute_format)):
+    error = compute_error(weight_format, compute_format)
+    if error is None and cost_model == "calibrated":
+        error = calibrated_error(weight_format, kv_format, compute_format)
+    if error:
         raise KvcargoError(error)
     cat = catalog_mod.load(catalog)
     m = cat.model(model)
