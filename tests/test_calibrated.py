@@ -26,6 +26,7 @@ from kvcargo.calibrated import (
     N_GRID,
     N_SCALARS,
     N_TABLES,
+    T_GENERATION,
     T_TOKENS,
     CalibratedPool,
     calibrated_mixed_step,
@@ -52,7 +53,7 @@ from kvcargo.calibration_fit import (
 from kvcargo.cli import main
 from kvcargo.cost import Pool
 from kvcargo.errors import KvcargoError
-from kvcargo.kernel_tables import builtin_arrays, from_arrays, load
+from kvcargo.kernel_tables import ARRAYS, builtin_arrays, from_arrays, load
 from kvcargo.linkmodel import layerwise_exposed, message_s, rate, read_send_recv, transfer_s
 from kvcargo.steps import step
 from kvcargo.validate import run as validate_run
@@ -159,9 +160,13 @@ def test_single_request_timestamps_are_the_step_costs() -> None:
 def test_held_out_kernel_shapes_meet_the_targets() -> None:
     """Interpolation error on measurements the tables never saw: median ≤ 5%, p90 ≤ 15%."""
     rows = [r for r in validate_run(["calibrated"]) if r.what.split(":")[0] in ("h100", "a100", "h200", "b200")]
-    assert len(rows) == 16  # per device: GEMMs, context and generation attention, whole steps
+    # per device and format: GEMMs, context and generation attention, whole steps (fp8: not the A100)
+    assert len(rows) == 16 + 3 * 4
     for r in rows:
-        assert r.status == "ok", (r.what, r.kvcargo)
+        # The B200's measured W8A8 GEMMs at small m jump between ~7 and ~20 µs from one k to the
+        # next (one k: 0.0073 ms, its neighbours 0.022 ms): no interpolant follows that (p90 33%)
+        gap = r.what.startswith("b200: fp8 (W8A8) GEMMs")
+        assert r.status == ("gap" if gap else "ok"), (r.what, r.kvcargo)
 
 
 def test_held_out_models_step_times_meet_the_targets() -> None:
@@ -170,9 +175,11 @@ def test_held_out_models_step_times_meet_the_targets() -> None:
     merged = from_arrays(merged_arrays("h100"))
     g = builtin_arrays("heldout_h100")["gemm"][::997]
     for m, n, k, ms in g:
-        assert merged.gemm(np.array([m]), n, k)[0] == pytest.approx(ms * 1e-3, rel=1e-9)
+        assert merged.gemms["bf16"](np.array([m]), n, k)[0] == pytest.approx(ms * 1e-3, rel=1e-9)
+    for m, n, k, ms in builtin_arrays("heldout_h100")["gemm_fp8"][::997]:
+        assert merged.gemms["fp8"](np.array([m]), n, k)[0] == pytest.approx(ms * 1e-3, rel=1e-9)
     rows = step_rows()
-    assert len(rows) == 4 and all(r.status == "ok" for r in rows)
+    assert len(rows) == 7 and all(r.status == "ok" for r in rows)  # bf16 on 4 devices, fp8 on 3
 
 
 def test_prefill_is_host_bound_then_gpu_bound() -> None:
@@ -341,11 +348,157 @@ def test_power_is_consistent_with_the_calibrated_rate() -> None:
     assert free["time_s"] > free["parts_s"]["framework_floor"]  # GPU-bound, not at the host floor
     assert free["energy_j"] / free["time_s"] < pool.dynamic_budget_w
     tables = load("h100")
-    assert pj_scale(pool, tables) == pytest.approx(0.55 / (tables.peak_gemm_rate / 989e12))
+    assert pj_scale(pool, tables) == pytest.approx(0.55 / (tables.gemms["bf16"].peak_rate / 989e12))
     capped = SimConfig(cost_model="calibrated", power_cap=250, requests=1)
     r = simulate(capped, workload=_one_request(8192, 1))
     e = r.output.stats[0, 3] + r.output.stats[0, 4]
     assert r.requests()["first_token"][0] == pytest.approx(e / (250 - 100))
+
+
+# ------------------------------------------------------------------------- number formats
+
+
+FP8 = {"weight_format": "fp8", "kv_format": "fp8", "compute_format": "fp8"}
+
+
+def test_fp8_tables_are_the_measured_cells() -> None:
+    """The H100, H200 and B200 tables hold W8A8 GEMMs and attention over an fp8 KV cache; the
+    A100 (no FP8 units) bf16 only. At a measured grid point a lookup is the measured latency."""
+    for dev in ("a100", "b200", "h100", "h200"):
+        t = load(dev)
+        formats = ["bf16"] if dev == "a100" else ["bf16", "fp8"]
+        assert (list(t.gemms), list(t.contexts), list(t.generations)) == (formats, formats, formats), dev
+    raw, t = builtin_arrays("h100"), load("h100")
+    for i, j, k in ((10, 5, 7), (40, 12, 13), (73, 17, 3)):
+        ms = float(raw["gemm_fp8_ms"][i, j, k])
+        got = t.gemms["fp8"](np.array([float(raw["gemm_fp8_m"][i])]), raw["gemm_fp8_n"][j], raw["gemm_fp8_k"][k])[0]
+        assert got == pytest.approx(ms * 1e-3, rel=1e-12)
+    cfg, ms = raw["ctx_fp8_cfg"], raw["ctx_fp8_ms"]
+    c, b, s = next(zip(*np.nonzero(~np.isnan(ms[:, 3:, 5:]))))
+    h, kv, d = (int(v) for v in cfg[c])
+    got = t.contexts["fp8"](h, kv, d, np.array([float(raw["ctx_fp8_b"][b + 3])]),
+                            np.array([float(raw["ctx_fp8_s"][s + 5])]))[0]
+    assert got == pytest.approx(float(ms[c, b + 3, s + 5]) * 1e-3, rel=1e-12)
+    assert not np.array_equal(raw["ctx_fp8_ms"], raw["ctx_ms"], equal_nan=True)
+
+
+def test_w8a8_prefill_matches_direct_kernel_sum() -> None:
+    """A W8A8 prefill step with an fp8 KV cache on the H100 (TP 2, 4, 8) against the measured fp8
+    kernels' sum, and faster than the bf16 steps (at TP 8, whose per-device GEMMs gain least,
+    one step of 2,880 tokens comes out 0.3% slower: in total 10% faster). The measured W8A8 GEMMs step up by as much as
+    30% every 256 tokens (Llama-2-70B's gate+up at TP 2: m = 2,560 → 2,561, 0.98 → 1.28 ms), which
+    the engine's table (8 points per doubling) averages: up to 4,353 tokens one step is within
+    16% (bf16: 4%), beyond within 4% (bf16: 1.5%), and over every 64th prompt length the mean
+    error is within 1%. Only the layers' GEMMs and the attention change: the LM head, elementwise
+    kernels and all-reduces stay bf16."""
+    cat = catalog.builtin()
+    model, dev, tables = cat.model("llama2-70b"), cat.device("h100"), load("h100")
+    for tp in (2, 4, 8):
+        cp, bf = CalibratedPool(model, dev, tp, tables, "fp8", "fp8"), CalibratedPool(model, dev, tp, tables)
+        fw = framework("h100", tp)
+        errors, times = [], []
+        for batch, prompt in [(1, p) for p in range(2048, 8193, 64)] + [(3, 777), (8, 512), (4, 2048), (8, 1024)]:
+            b = np.array([float(batch)])
+            m = b * prompt
+            compute = (cp.layer_compute_s(m) + cp.logits_s(m) + cp.context_s(b, np.array([float(prompt)])))[0]
+            past = compute * past_knee(float(m[0])) * tp_factor(tp)
+            direct = fw.prefill_s(KernelTime(compute, cp.layer_reduce_s(m)[0], past), model.layers)
+            got = step("llama2-70b", "h100", tp, "prefill", batch, prompt, "calibrated", **FP8)["time_s"]
+            assert got == pytest.approx(direct, rel=0.16 if m[0] <= 4353 else 0.04), (tp, batch, prompt)
+            times.append((got, step("llama2-70b", "h100", tp, "prefill", batch, prompt, "calibrated")["time_s"]))
+            errors.append(got / direct - 1)
+        assert abs(np.mean(errors)) < 0.01
+        fp8, bf16 = np.array(times).T
+        assert (fp8 < bf16).all() if tp < 8 else fp8.sum() < 0.9 * bf16.sum()
+        x = np.array([4096.0])
+        d, hd, ff = model.d_model, model.head_dim, -(-model.d_ff // tp)
+        q, kv = cp.heads * hd, cp.kv_heads * hd
+        gemm_shapes = ((q + 2 * kv, d), (d, q), (2 * ff, d), (d, ff))
+        extra = sum(tables.gemms["fp8"](x, n, k) - tables.gemms["bf16"](x, n, k) for n, k in gemm_shapes)
+        assert cp.layer_compute_s(x)[0] == pytest.approx(bf.layer_compute_s(x)[0] + model.layers * extra[0], rel=1e-12)
+        assert (cp.logits_s(x)[0], cp.layer_reduce_s(x)[0]) == (bf.logits_s(x)[0], bf.layer_reduce_s(x)[0])
+
+
+def test_fp8_kv_prices_its_attention_and_halves_its_bytes() -> None:
+    """A decode step over an fp8 KV cache: attention from the fp8-KV tables, the bytes (hence
+    memory energy) those of the model in its storage formats, as the roofline counts them."""
+    cat = catalog.builtin()
+    pool = Pool(cat.device("h100"), 4)
+    cp = CalibratedPool(cat.model("llama3-70b"), pool.device, 4, load("h100"), "bf16", "fp8")
+    fp8 = step("llama3-70b", "h100", 4, "decode", 64, 4096, "calibrated", kv_format="fp8")
+    bf16 = step("llama3-70b", "h100", 4, "decode", 64, 4096, "calibrated")
+    assert fp8["parts_s"]["attention"] == cp.generation_s(np.array([64.0]), np.array([4097.0]))[0]
+    assert fp8["parts_s"]["attention"] != bf16["parts_s"]["attention"]
+    assert fp8["bytes"] == step("llama3-70b", "h100", 4, "decode", 64, 4096, kv_format="fp8")["bytes"]
+    kv_bytes = bf16["bytes"] - fp8["bytes"]  # one byte less per KV value: 64 × (4,096 cached + the new token)
+    assert kv_bytes == 64 * 4097 * 80 * 2 * 8 * 128 * 1.0
+    assert (fp8["parts_s"]["layers"], fp8["flops"]) == (bf16["parts_s"]["layers"], bf16["flops"])
+
+
+def test_w8a8_energy_keeps_the_reference_power() -> None:
+    """The FLOP-energy scale uses the measured W8A8 rate (bf16's times the fp8 GEMMs' median
+    speed-up where both are compute-bound) against the fp8 peak, so a compute-bound W8A8 prefill
+    runs at the bf16 step's power, not throttled."""
+    t = load("h100")
+    raw = builtin_arrays("h100")
+    big = ((raw["gemm_m"] >= 4096)[:, None, None] & (raw["gemm_n"] >= 4096)[None, :, None]
+           & (raw["gemm_k"] >= 4096)[None, None, :])
+    speedup = np.nanmedian((raw["gemm_ms"] / raw["gemm_fp8_ms"])[big])  # the few unmeasured cells left out
+    assert t.rate("fp8") == pytest.approx(t.gemms["bf16"].peak_rate * speedup, rel=0.01)
+    pool = Pool(catalog.builtin().device("h100"), precision="fp8")
+    assert pj_scale(pool, t) == pytest.approx(0.55 / (t.rate("fp8") / (2 * 989e12)), rel=1e-12)
+    w8a8 = step("llama3-8b", "h100", 1, "prefill", 4, 4096, "calibrated", weight_format="fp8", compute_format="fp8")
+    bf16 = step("llama3-8b", "h100", 1, "prefill", 4, 4096, "calibrated")
+    assert w8a8["energy_j"] / w8a8["time_s"] < pool.dynamic_budget_w
+    assert w8a8["power_w"] == pytest.approx(bf16["power_w"], rel=0.10)
+
+
+def test_fp8_pools_tabulate_apart() -> None:
+    """The engine's tables are keyed by the formats: a W8A8 pool has its own (the same object
+    again for the same formats), with cheaper per-token layers than the bf16 pool's."""
+    from kvcargo.formats import with_formats
+
+    cat = catalog.builtin()
+    m = cat.model("llama3-8b")
+    fp8 = with_formats(m, "fp8", "fp8")
+    a = tabulate(fp8, Pool(cat.device("h100"), 2, precision="fp8"))
+    assert a is tabulate(fp8, Pool(cat.device("h100"), 2, precision="fp8"))
+    b = tabulate(m, Pool(cat.device("h100"), 2))
+    assert a is not b and a[0][T_TOKENS, -1, 0] < b[0][T_TOKENS, -1, 0]
+    kv_only = tabulate(with_formats(m, "bf16", "fp8"), Pool(cat.device("h100"), 2))
+    assert np.array_equal(kv_only[0][T_TOKENS], b[0][T_TOKENS])
+    assert not np.array_equal(kv_only[0][T_GENERATION], b[0][T_GENERATION])
+
+
+def test_tables_without_fp8_refuse_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A tables file written before fp8 was converted (bf16 arrays only) still runs bf16 and
+    refuses fp8 with one line naming what it measured."""
+    raw = builtin_arrays("h100")
+    np.savez(tmp_path / "old.npz", **{k: raw[k] for k in ARRAYS})
+    overlay = tmp_path / "old.toml"
+    overlay.write_text(H100_ENTRY + f'lowp_speedup = {{ fp8 = 2.0 }}\nkernel_tables = "{tmp_path / "old.npz"}"\n')
+    base = ["step", "--phase", "decode", "--context", "512", "--cost-model", "calibrated", "--catalog", str(overlay)]
+    main(base)
+    capsys.readouterr()
+    for flags, message in ((["--kv-format", "fp8"], "no measured attention over fp8 KV caches (measured: bf16)"),
+                           (["--weight-format", "fp8", "--compute-format", "fp8"],
+                            "no measured fp8 GEMMs (measured: bf16)")):
+        with pytest.raises(SystemExit) as exc:
+            main(base + flags)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_planner_tries_w8a8_under_the_calibrated_model(capsys: pytest.CaptureFixture[str]) -> None:
+    """``plan --formats bf16,fp8`` with the calibrated model: the fp8 candidate is W8A8 with an
+    fp8 KV cache (the only fp8 weights it measures), simulated beside the bf16 one."""
+    main(["plan", "--cost-model", "calibrated", "--model", "llama3-8b", "--gpus", "2", "--tp", "1",
+          "--max-instances", "1", "--formats", "bf16,fp8", "--requests", "50", "--tpot-slo", "0.1", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    labels = sorted(c["label"] for c in out["candidates"] if c["status"] == "simulated")
+    assert labels == ["1P1D h100x1 -> h100x1 ib-ndr",
+                      "1P1D h100x1 -> h100x1 ib-ndr (formats weight fp8, kv fp8, compute fp8)"]
 
 
 # ---------------------------------------------------------------------------- the link
@@ -510,8 +663,23 @@ def test_framework_interpolates_in_log_tp() -> None:
     (["simulate", "--cost-model", "calibrated", "--model", "llama3-70b", "--ced-encoder-layers", "4",
       "--devices-per-instance", "2"], "runs here as a causal encoder-decoder"),
     (["simulate", "--cost-model", "calibrated", "--tp", "2"], "need --cost-model roofline"),
-    (["simulate", "--cost-model", "calibrated", "--kv-format", "fp8"], "bf16 kernel tables only"),
-    (["plan", "--cost-model", "calibrated", "--gpus", "4", "--formats", "bf16,fp8"], "bf16 kernel tables only"),
+    (["simulate", "--cost-model", "calibrated", "--kv-format", "int8"], "bf16 and fp8 KV caches only, not int8"),
+    (["simulate", "--cost-model", "calibrated", "--weight-format", "fp8"], "no measured weight-only GEMMs"),
+    (["simulate", "--cost-model", "calibrated", "--weight-format", "int4", "--compute-format", "int4"],
+     "bf16 and fp8 GEMMs only, not int4"),
+    (["simulate", "--cost-model", "calibrated", "--device", "a100", "--weight-format", "fp8", "--compute-format",
+      "fp8"], "A100-SXM has no fp8 units (--cost-model calibrated measures no weight-only GEMMs"),
+    (["simulate", "--cost-model", "calibrated", "--device", "a100", "--kv-format", "fp8"],
+     "the a100 kernel tables have no measured attention over fp8 KV caches (measured: bf16)"),
+    (["step", "--phase", "decode", "--context", "10", "--cost-model", "calibrated", "--device", "a100",
+      "--weight-format", "fp8", "--compute-format", "fp8"], "has no fp8 units"),
+    (["step", "--phase", "decode", "--context", "10", "--cost-model", "calibrated", "--weight-format", "fp8"],
+     "no measured weight-only GEMMs"),
+    (["step", "--phase", "decode", "--context", "10", "--compute-format", "fp8"], "--compute-format must be bf16"),
+    (["plan", "--cost-model", "calibrated", "--gpus", "4", "--formats", "bf16,int4"],
+     "measured bf16 and fp8 kernels only, not int4"),
+    (["plan", "--cost-model", "calibrated", "--gpus", "4", "--formats", "bf16,fp8", "--compute-format", "bf16"],
+     "drop --compute-format"),
     (["calibrate"], "give --steps"),
     (["calibrate", "--import-aiconfigurator", "h100_sxm"], "go together"),
     (["calibrate", "--import-aiconfigurator", "l40s", "--device", "h100", "--tables", "x.npz",
@@ -595,7 +763,8 @@ def test_non_bf16_models_are_refused(tmp_path: Path) -> None:
     cat = tmp_path / "fp8.toml"
     cat.write_text('[models.small-fp8]\nlayers = 2\nd_model = 1024\nheads = 8\nkv_heads = 8\nd_ff = 4096\n'
                    'vocab = 32000\nweight_bytes = 1.0\n')
-    with pytest.raises(KvcargoError, match="bf16 kernel tables only"):
+    with pytest.raises(KvcargoError, match=r"bf16 and fp8 \(W8A8\) GEMMs only; small-fp8 keeps 1-byte weights "
+                       "with bf16 compute"):
         step("small-fp8", "h100", 1, "decode", 1, 10, "calibrated", catalog=(str(cat),))
 
 

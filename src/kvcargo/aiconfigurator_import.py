@@ -6,19 +6,24 @@ result with numpy alone. ``kvcargo calibrate --import-aiconfigurator SYSTEM --de
 FILE.npz`` converts one system for a catalog device; ``scripts/convert_aiconfigurator.py``
 rebuilds the built-in tables.
 
-Per system the output ``.npz`` holds the vLLM tables in bf16:
+Per system the output ``.npz`` holds the vLLM tables:
 
 * ``gemm_m/n/k`` and ``gemm_ms[m, n, k]``: GEMM latency (ms), the default bf16 kernel;
 * ``ctx_cfg[c] = (heads, kv_heads, head_dim)``, ``ctx_b``, ``ctx_s`` and ``ctx_ms[c, b, s]``:
-  context (prefill) attention by batch and prompt length;
+  context (prefill) attention by batch and prompt length, bf16 KV cache;
 * ``gen_cfg``, ``gen_b``, ``gen_s`` and ``gen_ms[c, b, s]``: generation attention by batch and KV length;
+* where the system measured them (H100, H200, B200; not the A100, which has no FP8 units), the
+  same arrays with ``_fp8`` after the kind (``gemm_fp8_m`` … ``gen_fp8_ms``): the W8A8 GEMM (FP8
+  weights and activations, per-tensor scales: vLLM's CUTLASS scaled-mm, not the block-scaled
+  kernels) and the attention kernels over an FP8 KV cache (queries and arithmetic in bf16);
 * ``ar_gpus``, ``ar_size`` and ``ar_ms[g, s]``: the fastest measured all-reduce (vLLM's custom
   all-reduce under CUDA graphs, or NCCL) by GPU count and message size in bf16 values, as
   aiconfigurator records it (:data:`kvcargo.kernel_tables.AR_VALUE_BYTES` converts on loading).
 
 Built-in tables hold out GEMM columns whose n or k is in ``HELD_N_K`` and the attention head
-configurations in ``HELD_HEADS``, written as exact measured rows to ``heldout_<device>.npz``
-(``kvcargo validate --group calibrated`` scores the interpolation on them). Missing cells are NaN.
+configurations in ``HELD_HEADS`` (in every format), written as exact measured rows to
+``heldout_<device>.npz`` (``kvcargo validate --group calibrated`` scores the interpolation on
+them). Missing cells are NaN.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from collections import defaultdict
 import numpy as np
 
 from kvcargo.errors import KvcargoError
+from kvcargo.kernel_tables import suffix
 
 SYSTEMS = {"h100_sxm": "h100", "h200_sxm": "h200", "a100_sxm": "a100", "b200_sxm": "b200"}
 """aiconfigurator system → kvcargo device key."""
@@ -38,6 +44,8 @@ HELD_N_K = (2560, 3584, 5120, 10240)
 """GEMM dimensions the interpolation never sees (Qwen2.5-7B's d = 3584, Qwen2.5-32B's 5120, ...)."""
 HELD_HEADS = ((40, 8, 128), (28, 4, 128), (20, 4, 128), (12, 2, 128))
 """Attention configurations the interpolation never sees (Qwen2.5-32B at TP 1, Qwen2.5-7B ...)."""
+DTYPES = {"bf16": "bfloat16", "fp8": "fp8"}
+"""kvcargo's number format → aiconfigurator's ``gemm_dtype`` / ``kv_cache_dtype``."""
 OUT = os.path.join(os.path.dirname(__file__), "data", "calibration")
 
 
@@ -73,8 +81,11 @@ def main_kernel(table: list[dict]) -> str:
     return max(counts, key=counts.get)
 
 
-def gemm(root: str, held_n_k: tuple[int, ...]) -> tuple[dict, dict]:
-    table = [r for r in rows(newest(root, "gemm/vllm/*/gemm_perf.parquet")) if r["gemm_dtype"] == "bfloat16"]
+def gemm(table: list[dict], fmt: str, held_n_k: tuple[int, ...]) -> tuple[dict, dict]:
+    table = [r for r in table if r["gemm_dtype"] == DTYPES[fmt]]
+    if not table:
+        return {}, {}
+    prefix = "gemm" + suffix(fmt)
     kernel = main_kernel(table)
     kept, held = defaultdict(list), defaultdict(list)
     for r in table:
@@ -83,14 +94,16 @@ def gemm(root: str, held_n_k: tuple[int, ...]) -> tuple[dict, dict]:
             target[(r["m"], r["n"], r["k"])].append(r["latency"])
     axes = [sorted({k[d] for k in kept}) for d in range(3)]
     held_rows = np.array([[*k, np.median(v)] for k, v in sorted(held.items())], dtype=np.float64).reshape(-1, 4)
-    return ({"gemm_m": axes[0], "gemm_n": axes[1], "gemm_k": axes[2], "gemm_ms": grid(kept, axes)},
-            {"gemm": held_rows})
+    return ({f"{prefix}_m": axes[0], f"{prefix}_n": axes[1], f"{prefix}_k": axes[2], f"{prefix}_ms": grid(kept, axes)},
+            {prefix: held_rows})
 
 
-def attention(root: str, phase: str, size_col: str, prefix: str,
+def attention(table: list[dict], fmt: str, size_col: str, kind: str,
               held_heads: tuple[tuple[int, int, int], ...]) -> tuple[dict, dict]:
-    path = newest(root, f"attention/vllm/*/{phase}_attention_perf.parquet")
-    table = [r for r in rows(path) if r["kv_cache_dtype"] == "bfloat16" and r.get("window_size", 0) == 0]
+    table = [r for r in table if r["kv_cache_dtype"] == DTYPES[fmt] and r.get("window_size", 0) == 0]
+    if not table:
+        return {}, {}
+    prefix = kind + suffix(fmt)
     kernel = main_kernel(table)
     kept, held = defaultdict(list), defaultdict(list)
     for r in table:
@@ -132,11 +145,16 @@ def tables(data_root: str, system: str, hold_out: bool) -> tuple[dict[str, np.nd
         raise KvcargoError(f"aiconfigurator system {system!r} has no vLLM GEMM table; systems with one: "
                            f"{', '.join(known)}")
     held_n_k, held_heads = (HELD_N_K, HELD_HEADS) if hold_out else ((), ())
-    out, held = gemm(root, held_n_k)
-    for phase, col, prefix in (("context", "isl", "ctx"), ("generation", "step", "gen")):
-        t, h = attention(root, phase, col, prefix, held_heads)
-        out.update(t)
-        held.update(h)
+    out: dict = {}
+    held: dict = {}
+    gemms = rows(newest(root, "gemm/vllm/*/gemm_perf.parquet"))
+    attn = [(rows(newest(root, f"attention/vllm/*/{phase}_attention_perf.parquet")), col, kind)
+            for phase, col, kind in (("context", "isl", "ctx"), ("generation", "step", "gen"))]
+    for fmt in DTYPES:
+        parts = [gemm(gemms, fmt, held_n_k)] + [attention(t, fmt, col, kind, held_heads) for t, col, kind in attn]
+        for t, h in parts:
+            out.update(t)
+            held.update(h)
     out.update(all_reduce(root))
     return {k: np.asarray(v) for k, v in out.items()}, held
 

@@ -12,6 +12,11 @@ its all-reduces' slowdown against the measured ones, a further slowdown of its k
 prompt tokens of a step past a knee at TP > 2 (the large-step term), and a per-step decode
 overhead per TP degree. Kernel latencies come from :mod:`kvcargo.kernel_tables`.
 
+Number formats: with W8A8 fp8 weights and compute the layers' GEMMs come from the measured fp8
+table, with an fp8 KV cache the attention from the fp8-KV tables; the LM head, the elementwise
+kernels and the all-reduces stay bf16, and the framework constants (fitted on a bf16 stack)
+apply unchanged. Bytes and FLOPs are the model's in its storage formats.
+
 For the engine the model is tabulated once per run and pool (:func:`tabulate`): log-seconds on a
 log-spaced grid of tokens (1-D tables) or of (batch, tokens per sequence) (attention), which
 :func:`calibrated_step` reads with a bilinear lookup — a few flops per step. The large-step term's
@@ -39,6 +44,7 @@ from kvcargo._jit import kernel
 from kvcargo.catalog import Device, Model
 from kvcargo.cost import HF_J_BYTE, HF_J_FLOP, HF_PDYN, LmHead, Pool
 from kvcargo.errors import KvcargoError
+from kvcargo.formats import BYTES_PER_VALUE
 
 if TYPE_CHECKING:  # the measured tables and the fitted constants load when a calibrated run asks for
     # them: every simulation imports this module for the engine's table lookups
@@ -64,6 +70,9 @@ ELEMENTWISE_KERNELS = 6
 """Elementwise kernels per layer: two RMSNorms, RoPE, two residual adds, SiLU·mul."""
 TINY_S = 1e-300
 """Stands for 0 s in a log table (a single device has no all-reduce)."""
+MEASURED_BYTES = {f: BYTES_PER_VALUE[f] for f in ("bf16", "fp8")}
+"""The number formats with measured kernels (GEMMs: the compute format, with weights in the same
+format; attention: the KV cache's) and their bytes per value."""
 MEASURED_BW_FRACTION = 0.8
 """Fraction of HBM bandwidth an elementwise kernel reaches (the reference's bw_eff; not measured)."""
 
@@ -81,9 +90,24 @@ class CalibratedPool:
     device: Device
     tp: int
     tables: KernelTables
+    compute: str = "bf16"
+    """The layers' GEMM format: bf16, or fp8 (W8A8)."""
+    kv: str = "bf16"
+    """The KV cache's format, which picks the attention kernels: bf16 or fp8."""
 
     def __post_init__(self) -> None:
-        measured = sorted(set(self.tables.ctx_cfg[:, 2].tolist()) & set(self.tables.gen_cfg[:, 2].tolist()))
+        t, key = self.tables, self.device.key
+        if self.compute not in t.gemms:
+            raise KvcargoError(f"the {key} kernel tables have no measured {self.compute} GEMMs (measured: "
+                               f"{', '.join(t.gemms)}): use --compute-format {' or '.join(t.gemms)}, or "
+                               "--cost-model roofline", field="compute_format")
+        if self.kv not in t.contexts or self.kv not in t.generations:
+            have = [f for f in t.contexts if f in t.generations]
+            raise KvcargoError(f"the {key} kernel tables have no measured attention over {self.kv} KV caches "
+                               f"(measured: {', '.join(have)}): use --kv-format {' or '.join(have)}, or "
+                               "--cost-model roofline", field="kv_format")
+        ctx, gen = t.contexts[self.kv], t.generations[self.kv]
+        measured = sorted(set(ctx.cfg[:, 2].tolist()) & set(gen.cfg[:, 2].tolist()))
         if self.head_dim not in measured:
             raise KvcargoError(f"no measured attention kernels for head size {self.head_dim} ({self.model.key}) "
                                f"in the {self.device.key} tables; measured: {', '.join(map(str, measured))} "
@@ -109,12 +133,15 @@ class CalibratedPool:
         return self.layer_compute_s(m) + self.layer_reduce_s(m)
 
     def layer_compute_s(self, m: np.ndarray) -> np.ndarray:
-        """Every layer's GEMMs and elementwise kernels at ``m`` tokens."""
+        """Every layer's GEMMs (in the compute format; W8A8's measured GEMMs include vLLM's
+        dynamic per-token quantisation of their input) and elementwise kernels (bf16
+        activations) at ``m`` tokens."""
         md, t, g = self.model, self.tp, self.tables
         d, hd = md.d_model, self.head_dim
         q, kv = self.heads * hd, self.kv_heads * hd
         ff = -(-md.d_ff // t)
-        gemms = g.gemm(m, q + 2 * kv, d) + g.gemm(m, d, q) + g.gemm(m, 2 * ff, d) + g.gemm(m, d, ff)
+        gemm = g.gemms[self.compute]
+        gemms = gemm(m, q + 2 * kv, d) + gemm(m, d, q) + gemm(m, 2 * ff, d) + gemm(m, d, ff)
         elem_bytes = 2.0 * np.asarray(m, dtype=np.float64) * (10 * d + 3 * ff + 2 * (q + kv))
         floor = ELEMENTWISE_KERNELS * self.shortest_kernel_s
         elem = np.maximum(elem_bytes / (self.device.hbm_bw * MEASURED_BW_FRACTION), floor)
@@ -126,11 +153,12 @@ class CalibratedPool:
 
     @property
     def shortest_kernel_s(self) -> float:
-        return float(np.exp(self.tables.gemm_log.min()))
+        return float(np.exp(self.tables.gemms["bf16"].log.min()))
 
     def logits_s(self, m: np.ndarray) -> np.ndarray:
-        """The LM head over ``m`` tokens (vocabulary split t ways)."""
-        return self.tables.gemm(m, -(-self.model.vocab // self.tp), self.model.d_model)
+        """The LM head over ``m`` tokens (vocabulary split t ways), in bf16 in every format (FP8
+        checkpoints leave it unquantised)."""
+        return self.tables.gemms["bf16"](m, -(-self.model.vocab // self.tp), self.model.d_model)
 
     @property
     def windowed_layers(self) -> int:
@@ -143,7 +171,7 @@ class CalibratedPool:
     def context_s(self, batch: np.ndarray, prompt: np.ndarray) -> np.ndarray:
         """Every layer's prefill attention; a windowed layer attends to at most ``window`` tokens,
         charged as the full kernel scaled by ``min(s, window) / s``."""
-        full = self.tables.context_attention(self.heads, self.kv_heads, self.head_dim, batch, prompt)
+        full = self.tables.contexts[self.kv](self.heads, self.kv_heads, self.head_dim, batch, prompt)
         w = self.windowed_layers
         if not w:
             return self.model.layers * full
@@ -153,7 +181,7 @@ class CalibratedPool:
 
     def generation_s(self, batch: np.ndarray, kv_len: np.ndarray) -> np.ndarray:
         """Every layer's decode attention; a windowed layer reads at most ``window`` cached tokens."""
-        g = self.tables.generation_attention
+        g = self.tables.generations[self.kv]
         full = g(self.heads, self.kv_heads, self.head_dim, batch, kv_len)
         w = self.windowed_layers
         if not w:
@@ -163,25 +191,37 @@ class CalibratedPool:
         return (self.model.layers - w) * full + w * capped
 
 
-def check_supported(model: Model, pool: Pool) -> None:
-    """The calibrated model covers dense MHA/GQA models in bf16: say so for anything else."""
+def formats_of(model: Model, pool: Pool) -> tuple[str, str]:
+    """The measured (GEMM, KV-cache) formats that price ``model`` on ``pool``: dense MHA/GQA
+    models with bf16 weights, or fp8 weights and compute (W8A8), and a bf16 or fp8 KV cache (a
+    one-byte KV cache is fp8: the configuration refuses int8's, see
+    :func:`kvcargo.formats.calibrated_error`). Say so for anything else."""
     if model.experts:
         raise KvcargoError(f"--cost-model calibrated covers dense models; {model.key} is a mixture of "
                            "experts (use --cost-model roofline)")
     if model.kv_layout == "mla":
         raise KvcargoError(f"--cost-model calibrated has no measured MLA kernels; {model.key} uses MLA "
                            "(use --cost-model roofline)")
-    if pool.precision != "bf16" or model.weight_bytes != 2 or model.kv_bytes != 2:
-        raise KvcargoError(f"--cost-model calibrated has bf16 kernel tables only; {model.key} keeps "
-                           f"{model.weight_bytes:g}-byte weights and {model.kv_bytes:g}-byte KV (use --cost-model roofline)")
+    compute = pool.precision
+    if compute not in MEASURED_BYTES or model.weight_bytes != MEASURED_BYTES[compute]:
+        raise KvcargoError(f"--cost-model calibrated has measured bf16 and fp8 (W8A8) GEMMs only; {model.key} keeps "
+                           f"{model.weight_bytes:g}-byte weights with {compute} compute (valid: bf16, or "
+                           "--weight-format fp8 --compute-format fp8; else --cost-model roofline)")
+    kv = {b: f for f, b in MEASURED_BYTES.items()}.get(model.kv_bytes)
+    if kv is None:
+        raise KvcargoError(f"--cost-model calibrated has measured attention over bf16 and fp8 KV caches only; "
+                           f"{model.key} keeps {model.kv_bytes:g}-byte KV (valid --kv-format: bf16, fp8; else "
+                           "--cost-model roofline)")
+    return compute, kv
 
 
 def calibrated_pool(model: Model, pool: Pool) -> CalibratedPool:
-    """The measured costs of ``model`` on one instance of ``pool`` (tensor parallel over all its devices)."""
-    check_supported(model, pool)
+    """The measured costs of ``model`` on one instance of ``pool`` (tensor parallel over all its
+    devices) in the model's storage formats and the pool's compute format."""
+    compute, kv = formats_of(model, pool)
     from kvcargo.kernel_tables import load
 
-    return CalibratedPool(model, pool.device, pool.n, load(pool.device.key, pool.device.kernel_tables))
+    return CalibratedPool(model, pool.device, pool.n, load(pool.device.key, pool.device.kernel_tables), compute, kv)
 
 
 def framework_of(pool: Pool) -> Framework:
@@ -194,8 +234,10 @@ def framework_of(pool: Pool) -> Framework:
 
 
 def pj_scale(pool: Pool, tables: KernelTables) -> float:
-    """FLOP-energy scale that keeps a compute-bound step at the reference's power (module doc)."""
-    measured = tables.peak_gemm_rate / pool.device.peak_flops
+    """FLOP-energy scale that keeps a compute-bound step at the reference's power (module doc):
+    the measured rate of the pool's compute format against its peak (the bf16 peak times the
+    device's native speed-up, as the pool's energy per FLOP is divided by it)."""
+    measured = tables.rate(pool.precision) / (pool.device.peak_flops * pool.speedup)
     return pool.device.flop_eff / measured
 
 
@@ -206,7 +248,8 @@ _tables: dict[tuple[str, str, int, str, str], tuple[np.ndarray, np.ndarray]] = {
 
 def tabulate(model: Model, pool: Pool, lm_head: LmHead = "all") -> tuple[np.ndarray, np.ndarray]:
     """The engine's tables for one pool: log-seconds ``(N_TABLES, N_GRID, N_GRID)`` and the
-    scalars (read-only; the same arrays for the same model, device, device count and LM head)."""
+    scalars (read-only; the same arrays for the same model in its storage formats, device, device
+    count, compute format and LM head)."""
     key = (model.model_dump_json(), pool.device.model_dump_json(), pool.n, pool.precision, lm_head)
     if key not in _tables:
         if len(_tables) >= TABLE_CACHE_SIZE:

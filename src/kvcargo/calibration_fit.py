@@ -245,14 +245,12 @@ def kernel_time(row: StepRow, catalog_files: tuple[str, ...] = ()) -> KernelTime
     """The calibrated model's kernel times for a measured step (no framework constants; the LM
     head over the last prompt token, as serving frameworks compute it)."""
     from kvcargo import catalog
-    from kvcargo.calibrated import CalibratedPool, check_supported
+    from kvcargo.calibrated import calibrated_pool
     from kvcargo.cost import Pool
-    from kvcargo.kernel_tables import load
 
     cat = catalog.load(catalog_files)
     model, device = cat.model(row.model), cat.device(row.device)
-    check_supported(model, Pool(device, row.tp))
-    cp = CalibratedPool(model, device, row.tp, load(device.key, device.kernel_tables))
+    cp = calibrated_pool(model, Pool(device, row.tp))
     b = np.array([float(row.batch)])
     if row.phase == "prefill":
         m = b * row.tokens

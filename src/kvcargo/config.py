@@ -17,7 +17,7 @@ from kvcargo import catalog as catalog_mod
 from kvcargo.catalog import Catalog, Link, Model
 from kvcargo.cost import LmHead, Pool, model_coefficients, require_fit
 from kvcargo.errors import KvcargoError
-from kvcargo.formats import require_units
+from kvcargo.formats import calibrated_error, compute_error, require_units
 from kvcargo.levers import Levers, lever_model, resolve_levers
 from kvcargo.limits import INT64_MAX, REFERENCE_MAX_LENGTH, check_ranges, check_workload, number
 from kvcargo.params import (
@@ -239,9 +239,8 @@ class SimConfig(BaseModel):
             if alone:
                 raise ValueError(f"--{alone[0].replace('_', '-')} needs a parallel layout (--tp, --pp, --ep, "
                                  "--microbatches or a pool's --prefill-/--decode-tp/-pp)")
-        if self.compute_format not in ("bf16", self.weight_format):
-            raise ValueError("--compute-format must be bf16 (weight-only) or the weight format itself "
-                             f"(W8A8, W4A4); got {self.compute_format} with --weight-format {self.weight_format}")
+        if error := compute_error(self.weight_format, self.compute_format):
+            raise ValueError(error)
         if self.cost_model == "calibrated" and (layout or pool_layout or self.speculative is not None):
             raise ValueError("parallel layouts and speculative decoding follow the companion's roofline: "
                              "they need --cost-model roofline (the calibrated model runs each instance "
@@ -261,6 +260,9 @@ class SimConfig(BaseModel):
     def _check_calibrated(self) -> SimConfig:
         if self.cost_model == "calibrated" and self.dvfs:
             raise ValueError("--dvfs is a roofline clock model: it needs --cost-model roofline")
+        if self.cost_model == "calibrated" and (error := calibrated_error(self.weight_format, self.kv_format,
+                                                                          self.compute_format)):
+            raise ValueError(error)
         if self.link_model != "line-rate" and self.mode == "colocated":
             raise ValueError("--link-model shapes the hand-off: it needs --mode disagg")
         return self
@@ -444,13 +446,13 @@ def resolve(config: SimConfig, workload: Workload | None = None) -> Resolved:
     model = effective_model(lever_model(c, cat.model(c.model)), c)
     cat.device(config.device)
     if c.mode == "colocated":
-        require_units(cat.device(c.device), c.compute_format, "colocated")
+        require_units(cat.device(c.device), c.compute_format, "colocated", c.cost_model)
         pool = colocated_pool(c, cat)
         prefill_pool = decode_pool = pool
         levers = resolve_levers(c, cat, model, {"colocated": pool})
     else:
         for role, key in (("prefill", c.prefill_device), ("decode", c.decode_device)):
-            require_units(cat.device(key or c.device), c.compute_format, role)
+            require_units(cat.device(key or c.device), c.compute_format, role, c.cost_model)
         prefill_pool = Pool(
             effective_device(cat.device(c.prefill_device or c.device), c),
             c.prefill_devices_per_instance or c.devices_per_instance,

@@ -34,8 +34,34 @@ def with_formats(model: Model, weight: str, kv: str) -> Model:
     return model.model_copy(update={"weight_bytes": BYTES_PER_VALUE[weight], "kv_bytes": BYTES_PER_VALUE[kv]})
 
 
-def require_units(device: Device, compute: str, role: str) -> None:
+def require_units(device: Device, compute: str, role: str, cost_model: str = "roofline") -> None:
     """A non-BF16 compute format needs native units of that format on the pool's device."""
     if compute != "bf16" and compute not in device.lowp_speedup:
-        raise KvcargoError(f"{role} pool: {device.name} has no {compute} units "
-                           f"(use compute_format='bf16' for weight-only {compute})", field="compute_format")
+        hint = ("--cost-model calibrated measures no weight-only GEMMs: valid --weight-format/--compute-format "
+                "there: bf16; or --cost-model roofline" if cost_model == "calibrated"
+                else f"use compute_format='bf16' for weight-only {compute}")
+        raise KvcargoError(f"{role} pool: {device.name} has no {compute} units ({hint})", field="compute_format")
+
+
+def compute_error(weight: str, compute: str) -> str | None:
+    """Why a compute format does not go with these weights (None: it does)."""
+    if compute in ("bf16", weight):
+        return None
+    return ("--compute-format must be bf16 (weight-only) or the weight format itself (W8A8, W4A4); "
+            f"got {compute} with --weight-format {weight}")
+
+
+def calibrated_error(weight: str, kv: str, compute: str) -> str | None:
+    """Why ``--cost-model calibrated`` cannot price these formats (None: it can). Its tables
+    measure bf16 and W8A8 fp8 GEMMs and attention over a bf16 or fp8 KV cache, nothing weight-only."""
+    if weight != compute:
+        return (f"--cost-model calibrated has no measured weight-only GEMMs (--weight-format {weight} with "
+                f"--compute-format {compute}): use --weight-format fp8 --compute-format fp8 (W8A8), or --cost-model "
+                "roofline")
+    if compute not in ("bf16", "fp8"):
+        return (f"--cost-model calibrated has measured bf16 and fp8 GEMMs only, not {compute}; valid "
+                "--weight-format/--compute-format: bf16, fp8 (or --cost-model roofline)")
+    if kv not in ("bf16", "fp8"):
+        return (f"--cost-model calibrated has measured attention over bf16 and fp8 KV caches only, not {kv}; "
+                "valid --kv-format: bf16, fp8 (or --cost-model roofline)")
+    return None

@@ -23,7 +23,7 @@ from kvcargo.catalog import Catalog, Link, Model
 from kvcargo.ced import encoder_resident_bytes, replay_on_decode
 from kvcargo.cost import LmHead, Pool, coefficient_values, elementwise_pass, prefill_step, require_fit, shape
 from kvcargo.errors import KvcargoError
-from kvcargo.formats import is_default, require_units, with_formats
+from kvcargo.formats import calibrated_error, compute_error, is_default, require_units, with_formats
 from kvcargo.limits import check_ranges, max_step_tokens, step_token_error
 from kvcargo.linkmodel import link_transfers
 from kvcargo.params import HandoffConfig, layer_groups_error, transit_option_error
@@ -226,18 +226,20 @@ def calculate_config(config: HandoffConfig, cat: Catalog | None = None) -> tuple
                   "layer_groups": c.layer_groups, "link_channels": c.link_channels,
                   "transit_ops_per_byte": c.transit_ops_per_byte})
     weight_format, kv_format, compute_format = (f or "bf16" for f in (c.weight_format, c.kv_format, c.compute_format))
-    if compute_format not in ("bf16", weight_format):
-        raise KvcargoError("--compute-format must be bf16 (weight-only) or the weight format itself")
+    if error := compute_error(weight_format, compute_format):
+        raise KvcargoError(error)
     if kv_format != "bf16" and c.kv_compress:
         raise KvcargoError("KV hand-off compression assumes a BF16 KV cache: drop --kv-format or --kv-compress")
     if c.cost_model == "calibrated" and c.speculative is not None:
         raise KvcargoError("speculative decoding follows the companion's roofline: it needs --cost-model roofline")
+    if c.cost_model == "calibrated" and (error := calibrated_error(weight_format, kv_format, compute_format)):
+        raise KvcargoError(error)
     cat = catalog_mod.load(c.catalog) if cat is None else cat
     m, ln = cat.model(c.model), cat.link(c.link)
     if not is_default(weight_format, kv_format, compute_format):
         m = with_formats(m, weight_format, kv_format)
     dev = cat.device(c.device)
-    require_units(dev, compute_format, "prefill")
+    require_units(dev, compute_format, "prefill", c.cost_model)
     pool = Pool(dev, c.devices_per_instance, precision=compute_format)
     codec = None
     if c.kv_compress:

@@ -21,9 +21,19 @@ from kvcargo.errors import KvcargoError, clip
 
 BUILTIN = ("a100", "b200", "h100", "h200")
 """Devices whose measured tables ship with kvcargo."""
+FORMATS = ("bf16", "fp8")
+"""Number formats the converter writes tables for (GEMMs: the compute format; attention: the KV cache's)."""
 ARRAYS = ("gemm_m", "gemm_n", "gemm_k", "gemm_ms", "ctx_cfg", "ctx_b", "ctx_s", "ctx_ms", "gen_cfg", "gen_b", "gen_s",
           "gen_ms", "ar_gpus", "ar_size", "ar_ms")
-"""The arrays of a kernel-tables file (:func:`from_arrays`)."""
+"""The arrays every kernel-tables file holds (bf16; :func:`from_arrays`)."""
+
+
+def suffix(fmt: str) -> str:
+    """What follows an array's kind in a tables file: nothing for bf16 (``gemm_ms``), ``_fp8``
+    for fp8 (``gemm_fp8_ms``; the held-out rows: ``gemm_fp8``)."""
+    return "" if fmt == "bf16" else f"_{fmt}"
+
+
 AR_VALUE_BYTES = 2
 """aiconfigurator records an all-reduce's message size in bf16 values, not bytes (its 1 Gi-value
 all-reduce over 8 H100s takes 4.0 ms: 470 GB/s of NCCL bus bandwidth, NVLink 4's ceiling; read
@@ -57,55 +67,62 @@ def _fill_along(z: np.ndarray, axis: np.ndarray, dim: int, power: float) -> None
 
 
 @dataclass(frozen=True)
-class KernelTables:
-    """One system's measured kernel latencies (seconds)."""
+class Gemm:
+    """Measured GEMM latencies of one number format: log seconds over (m, n, k)."""
 
-    gemm_axes: tuple[np.ndarray, np.ndarray, np.ndarray]
-    gemm_log: np.ndarray
-    """log latency over (m, n, k)."""
-    ctx_cfg: np.ndarray
-    """(heads, kv_heads, head_dim) of each context-attention table."""
-    ctx_axes: tuple[np.ndarray, np.ndarray]
-    ctx_log: np.ndarray
-    """log latency over (config, batch, prompt length)."""
-    gen_cfg: np.ndarray
-    gen_axes: tuple[np.ndarray, np.ndarray]
-    gen_log: np.ndarray
-    """log latency over (config, batch, KV length)."""
-    ar_gpus: np.ndarray
-    ar_size: np.ndarray
-    ar_log: np.ndarray
-    """log latency of the fastest all-reduce over (GPUs, message bytes)."""
+    axes: tuple[np.ndarray, np.ndarray, np.ndarray]
+    log: np.ndarray
 
-    # ------------------------------------------------------------------ lookups (vectorised)
-
-    def gemm(self, m: np.ndarray, n: float, k: float) -> np.ndarray:
-        """Latency of an (m × k) · (k × n) bf16 GEMM for every m."""
+    def __call__(self, m: np.ndarray, n: float, k: float) -> np.ndarray:
+        """Latency of an (m × k) · (k × n) GEMM for every m."""
         m = np.asarray(m, dtype=np.float64)
-        im, wm = _segment(self.gemm_axes[0], m)
-        i_n, wn = _segment(self.gemm_axes[1], np.array([n]))
-        ik, wk = _segment(self.gemm_axes[2], np.array([k]))
+        im, wm = _segment(self.axes[0], m)
+        i_n, wn = _segment(self.axes[1], np.array([n]))
+        ik, wk = _segment(self.axes[2], np.array([k]))
         out = np.zeros_like(m)
         for dm, fm in ((0, 1 - wm), (1, wm)):
             for dn, fn in ((0, 1 - wn[0]), (1, wn[0])):
                 for dk, fk in ((0, 1 - wk[0]), (1, wk[0])):
-                    out += fm * fn * fk * self.gemm_log[im + dm, i_n[0] + dn, ik[0] + dk]
+                    out += fm * fn * fk * self.log[im + dm, i_n[0] + dn, ik[0] + dk]
         return np.exp(out)
 
-    def _attention(self, cfgs: np.ndarray, axes: tuple[np.ndarray, np.ndarray], table: np.ndarray,
-                   heads: int, kv_heads: int, head_dim: int, b: np.ndarray, s: np.ndarray,
-                   by_kv: bool) -> np.ndarray:
+    @property
+    def peak_rate(self) -> float:
+        """Median FLOP/s of the measured large GEMMs (m ≥ 4096): the sustained tensor rate."""
+        m, n, k = self.axes
+        big = m >= 4096
+        flops = 2.0 * m[big, None, None] * n[None, :, None] * k[None, None, :]
+        return float(np.median(flops / np.exp(self.log[big])))
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Measured attention latencies over one KV-cache format: log seconds over (head
+    configuration, batch, tokens per sequence)."""
+
+    cfg: np.ndarray
+    """(heads, kv_heads, head_dim) of each table."""
+    axes: tuple[np.ndarray, np.ndarray]
+    log: np.ndarray
+    by_kv: bool
+    """Scale a KV-head count between measured ones by the KV heads (generation: the kernel reads
+    the cache), not the query heads (context: the kernel's work)."""
+
+    def __call__(self, heads: int, kv_heads: int, head_dim: int, b: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """One layer's attention over ``b`` sequences of ``s`` tokens each (context: the prompt;
+        generation: the cached tokens and the new one), for these per-device heads."""
         b = np.asarray(b, dtype=np.float64)
         s = np.asarray(s, dtype=np.float64)
-        ib, wb = _segment(axes[0], b)
-        is_, ws = _segment(axes[1], s)
+        ib, wb = _segment(self.axes[0], b)
+        is_, ws = _segment(self.axes[1], s)
 
         def at(c: int) -> np.ndarray:
-            z = table[c]
+            z = self.log[c]
             v = ((1 - wb) * (1 - ws) * z[ib, is_] + wb * (1 - ws) * z[ib + 1, is_]
                  + (1 - wb) * ws * z[ib, is_ + 1] + wb * ws * z[ib + 1, is_ + 1])
             return np.exp(v)
 
+        cfgs = self.cfg
         same_hd = cfgs[:, 2] == head_dim
         if not same_hd.any():
             raise KvcargoError(f"no measured attention kernels for head size {head_dim}; measured: "
@@ -117,7 +134,7 @@ class KernelTables:
         hs = cfgs[rows, 0]
         order = np.argsort(hs)
         rows, hs = rows[order], hs[order]
-        scale = kv_heads / kv if by_kv else 1.0
+        scale = kv_heads / kv if self.by_kv else 1.0
         exact = np.flatnonzero(hs == heads)
         if len(exact):
             return at(rows[exact[0]]) * scale
@@ -128,19 +145,35 @@ class KernelTables:
             return ((1 - w) * at(a) + w * at(c)) * scale
         near = rows[-1] if len(lo) else rows[0]
         h_near = cfgs[near, 0]
-        return at(near) * (scale if by_kv else heads / h_near)
+        return at(near) * (scale if self.by_kv else heads / h_near)
 
-    def context_attention(self, heads: int, kv_heads: int, head_dim: int, batch: np.ndarray,
-                          prompt: np.ndarray) -> np.ndarray:
-        """One layer's attention over ``batch`` prompts of ``prompt`` tokens each (prefill)."""
-        return self._attention(self.ctx_cfg, self.ctx_axes, self.ctx_log, heads, kv_heads, head_dim,
-                               batch, prompt, by_kv=False)
 
-    def generation_attention(self, heads: int, kv_heads: int, head_dim: int, batch: np.ndarray,
-                             kv_len: np.ndarray) -> np.ndarray:
-        """One layer's attention for ``batch`` new tokens over ``kv_len`` cached tokens each."""
-        return self._attention(self.gen_cfg, self.gen_axes, self.gen_log, heads, kv_heads, head_dim,
-                               batch, kv_len, by_kv=True)
+@dataclass(frozen=True)
+class KernelTables:
+    """One system's measured kernel latencies (seconds), per number format."""
+
+    gemms: dict[str, Gemm]
+    """GEMMs by compute format: ``bf16``, and ``fp8`` (W8A8) where measured."""
+    contexts: dict[str, Attention]
+    """Context (prefill) attention by KV-cache format: batch × prompt length."""
+    generations: dict[str, Attention]
+    """Generation (decode) attention by KV-cache format: batch × KV length (the new token included)."""
+    ar_gpus: np.ndarray
+    ar_size: np.ndarray
+    ar_log: np.ndarray
+    """log latency of the fastest all-reduce over (GPUs, message bytes)."""
+
+    def rate(self, fmt: str) -> float:
+        """Sustained FLOP/s of ``fmt``'s GEMMs: bf16's :attr:`Gemm.peak_rate`, times (another
+        format) the median speed-up of its GEMMs over bf16's where both are compute-bound (m, n,
+        k ≥ 4096). Not the format's own median over every large-m GEMM: W8A8's includes the
+        dynamic quantisation of the input, which dominates its thin GEMMs (n or k of 32–512)."""
+        bf16 = self.gemms["bf16"]
+        if fmt == "bf16":
+            return bf16.peak_rate
+        m, n, k = (a[a >= 4096] for a in bf16.axes)
+        ratios = [bf16(m, nn, kk) / self.gemms[fmt](m, nn, kk) for nn in n for kk in k]
+        return bf16.peak_rate * float(np.median(np.concatenate(ratios)))
 
     def all_reduce(self, gpus: int, nbytes: np.ndarray) -> np.ndarray:
         """Latency of an all-reduce of ``nbytes`` over ``gpus`` devices (0 for one device)."""
@@ -154,14 +187,6 @@ class KernelTables:
             row = self.ar_log[ig[0] + dg]
             v = v + fg * ((1 - w) * row[i] + w * row[i + 1])
         return np.exp(v)
-
-    @property
-    def peak_gemm_rate(self) -> float:
-        """Median FLOP/s of the measured large GEMMs (m ≥ 4096): the sustained tensor rate."""
-        m, n, k = self.gemm_axes
-        big = m >= 4096
-        flops = 2.0 * m[big, None, None] * n[None, :, None] * k[None, None, :]
-        return float(np.median(flops / np.exp(self.gemm_log[big])))
 
 
 def _prepare(z: np.ndarray, axes: list[np.ndarray], powers: list[float]) -> np.ndarray:
@@ -213,16 +238,22 @@ def builtin_arrays(name: str) -> dict[str, np.ndarray]:
 
 
 def from_arrays(raw: dict[str, np.ndarray]) -> KernelTables:
-    """Tables from the converter's arrays (milliseconds, NaN where unmeasured)."""
-    g_axes = (raw["gemm_m"].astype(np.float64), raw["gemm_n"].astype(np.float64), raw["gemm_k"].astype(np.float64))
-    ctx_cfg, ctx = _keep_measured(raw["ctx_cfg"], raw["ctx_ms"])
-    gen_cfg, gen = _keep_measured(raw["gen_cfg"], raw["gen_ms"])
-    ctx_axes = (raw["ctx_b"].astype(np.float64), raw["ctx_s"].astype(np.float64))
-    gen_axes = (raw["gen_b"].astype(np.float64), raw["gen_s"].astype(np.float64) + 1.0)  # step + the new token
+    """Tables from the converter's arrays (milliseconds, NaN where unmeasured); a format whose
+    arrays are absent (``gemm_fp8_*`` … in tables written before FP8 was converted) is left out."""
+    gemms, contexts, generations = {}, {}, {}
+    for fmt in FORMATS:
+        x = suffix(fmt)
+        if all(f"gemm{x}_{a}" in raw for a in ("m", "n", "k", "ms")):
+            axes = tuple(raw[f"gemm{x}_{a}"].astype(np.float64) for a in ("m", "n", "k"))
+            gemms[fmt] = Gemm(axes, _prepare(raw[f"gemm{x}_ms"], list(axes), [1.0, 1.0, 1.0]))
+        for kind, out, shift, power, by_kv in (("ctx", contexts, 0.0, 2.0, False), ("gen", generations, 1.0, 1.0, True)):
+            if all(f"{kind}{x}_{a}" in raw for a in ("cfg", "b", "s", "ms")):
+                cfg, z = _keep_measured(raw[f"{kind}{x}_cfg"], raw[f"{kind}{x}_ms"])
+                # generation: the step's KV length and the new token
+                axes = (raw[f"{kind}{x}_b"].astype(np.float64), raw[f"{kind}{x}_s"].astype(np.float64) + shift)
+                out[fmt] = Attention(cfg, axes, _prepare(z, [None, *axes], [0, 1.0, power]), by_kv)
     return KernelTables(
-        gemm_axes=g_axes, gemm_log=_prepare(raw["gemm_ms"], list(g_axes), [1.0, 1.0, 1.0]),
-        ctx_cfg=ctx_cfg, ctx_axes=ctx_axes, ctx_log=_prepare(ctx, [None, *ctx_axes], [0, 1.0, 2.0]),
-        gen_cfg=gen_cfg, gen_axes=gen_axes, gen_log=_prepare(gen, [None, *gen_axes], [0, 1.0, 1.0]),
+        gemms=gemms, contexts=contexts, generations=generations,
         ar_gpus=raw["ar_gpus"], ar_size=raw["ar_size"] * AR_VALUE_BYTES,
         ar_log=_prepare(raw["ar_ms"], [None, raw["ar_size"]], [0, 1.0]),
     )

@@ -35,14 +35,24 @@ from kvcargo.cost import (
     require_fit,
 )
 from kvcargo.errors import KvcargoError
+from kvcargo.formats import (
+    BYTES_PER_VALUE,
+    calibrated_error,
+    compute_error,
+    is_default,
+    require_units,
+    with_formats,
+)
 from kvcargo.limits import check_ranges, check_step
 
 Phase = Literal["prefill", "decode"]
 
 
 def step(model: str, device: str, devices: int, phase: Phase, batch: int, length: int,
-         cost_model: str = "roofline", lm_head: LmHead = "all", catalog: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Time (s), energy (J) and what went into one step (SI units)."""
+         cost_model: str = "roofline", lm_head: LmHead = "all", catalog: tuple[str, ...] = (),
+         weight_format: str = "bf16", kv_format: str = "bf16", compute_format: str = "bf16") -> dict[str, Any]:
+    """Time (s), energy (J) and what went into one step (SI units), in these number formats (as
+    ``simulate``'s ``--weight-format/--kv-format/--compute-format``)."""
     if phase not in ("prefill", "decode"):
         raise KvcargoError(f"unknown phase {phase!r}; valid choices: decode, prefill")
     if cost_model not in ("roofline", "calibrated"):
@@ -51,14 +61,30 @@ def step(model: str, device: str, devices: int, phase: Phase, batch: int, length
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise KvcargoError(f"--{name} must be a whole number >= 1, got {v!r}")
     check_ranges({"devices_per_instance": devices})
+    formats = {"weight_format": weight_format, "kv_format": kv_format, "compute_format": compute_format}
+    for flag, f in formats.items():
+        if f not in BYTES_PER_VALUE:
+            raise KvcargoError(f"unknown --{flag.replace('_', '-')} {f!r}; valid choices: {', '.join(BYTES_PER_VALUE)}")
+    error = compute_error(weight_format, compute_format)
+    if error is None and cost_model == "calibrated":
+        error = calibrated_error(weight_format, kv_format, compute_format)
+    if error:
+        raise KvcargoError(error)
     cat = catalog_mod.load(catalog)
     m = cat.model(model)
+    default = is_default(weight_format, kv_format, compute_format)
+    if not default:
+        m = with_formats(m, weight_format, kv_format)
     check_step(m.key, model_coefficients(m)[0], phase, batch, length)
-    pool = Pool(cat.device(device), devices)
+    dev = cat.device(device)
+    require_units(dev, compute_format, "the", cost_model)
+    pool = Pool(dev, devices, precision=compute_format)
     require_fit(m, pool, phase)
     out: dict[str, Any] = {"model": m.key, "device": pool.device.key, "devices_per_instance": devices,
                            "cost_model": cost_model, "phase": phase, "batch": batch}
     out["prompt" if phase == "prefill" else "context"] = length
+    if not default:
+        out.update(formats)
     out.update(step_cost(m, pool, phase, batch, length, cost_model, lm_head))
     out["power_w"] = pool.idle_w + out["energy_j"] / out["time_s"]
     return out

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kvcargo.kernel_tables import BUILTIN, load
+from kvcargo.kernel_tables import BUILTIN, load, suffix
 
 GROUP = "calibrated"
 DATA_DIRS = ("shared/data/calibration", "../shared/data/calibration", "data/calibration")
@@ -69,8 +69,12 @@ def _skipped(what: str, source: str, why: str):  # type: ignore[no-untyped-def]
     return Result(GROUP, what, source, "—", "—", None, None, "skipped", why)
 
 
+FORMAT_LABELS = {"bf16": ("GEMMs", "attention"), "fp8": ("fp8 (W8A8) GEMMs", "attention over an fp8 KV cache")}
+"""Row labels per number format: GEMMs by compute format, attention by KV-cache format."""
+
+
 def kernel_rows() -> list:
-    """Interpolation error on the held-out kernel measurements, per device and kernel."""
+    """Interpolation error on the held-out kernel measurements, per device, kernel and format."""
     out = []
     src = "aiconfigurator-core (NVIDIA, Apache-2.0): silicon-measured vLLM kernels held out of kvcargo's tables"
     for dev in BUILTIN:
@@ -78,23 +82,27 @@ def kernel_rows() -> list:
         source = resources.files("kvcargo.data").joinpath(f"calibration/heldout_{dev}.npz")
         with resources.as_file(source) as p:
             held = dict(np.load(p))
-        g = held["gemm"]
-        pred = np.empty(len(g))
-        for n, k in {(n, k) for n, k in g[:, 1:3].tolist()}:  # one vectorised lookup per (n, k)
-            sel = (g[:, 1] == n) & (g[:, 2] == k)
-            pred[sel] = t.gemm(g[sel, 0], n, k)
-        out.append(_row(f"{dev}: GEMMs at unseen n or k (2560, 3584, 5120, 10240)", src,
-                        pred / (g[:, 3] * 1e-3) - 1, *KERNEL_TARGET))
-        kinds: list[tuple[str, str, Callable, float]] = [
-            ("ctx", "context attention", t.context_attention, 0.0),
-            ("gen", "generation attention", t.generation_attention, 1.0)]
-        for key, label, fn, shift in kinds:
-            r = held[key]
-            pred = np.array([fn(int(h), int(kv), int(d), np.array([b]), np.array([s + shift]))[0]
-                             for h, kv, d, b, s, _ in r])
-            out.append(_row(f"{dev}: {label}, unseen head configurations", src, pred / (r[:, 5] * 1e-3) - 1,
-                            *KERNEL_TARGET, note="held out: (heads, KV heads, head size) = (40, 8, 128), "
-                            "(28, 4, 128), (20, 4, 128), (12, 2, 128)"))
+        for fmt in t.gemms:
+            x = suffix(fmt)
+            g = held["gemm" + x]
+            pred = np.empty(len(g))
+            for n, k in {(n, k) for n, k in g[:, 1:3].tolist()}:  # one vectorised lookup per (n, k)
+                sel = (g[:, 1] == n) & (g[:, 2] == k)
+                pred[sel] = t.gemms[fmt](g[sel, 0], n, k)
+            out.append(_row(f"{dev}: {FORMAT_LABELS[fmt][0]} at unseen n or k (2560, 3584, 5120, 10240)", src,
+                            pred / (g[:, 3] * 1e-3) - 1, *KERNEL_TARGET))
+        for fmt in t.contexts:
+            x = suffix(fmt)
+            kinds: list[tuple[str, str, Callable, float]] = [
+                ("ctx", "context", t.contexts[fmt], 0.0), ("gen", "generation", t.generations[fmt], 1.0)]
+            for key, label, fn, shift in kinds:
+                r = held[key + x]
+                pred = np.array([fn(int(h), int(kv), int(d), np.array([b]), np.array([s + shift]))[0]
+                                 for h, kv, d, b, s, _ in r])
+                out.append(_row(f"{dev}: {label} {FORMAT_LABELS[fmt][1]}, unseen head configurations", src,
+                                pred / (r[:, 5] * 1e-3) - 1, *KERNEL_TARGET,
+                                note="held out: (heads, KV heads, head size) = (40, 8, 128), "
+                                "(28, 4, 128), (20, 4, 128), (12, 2, 128)"))
     return out
 
 
@@ -255,19 +263,22 @@ DECODE_SHAPES = ((1, 512), (8, 512), (8, 4096), (64, 1024), (256, 2048))
 
 
 def merged_arrays(dev: str) -> dict[str, np.ndarray]:
-    """The converter's arrays with the held-out measurements put back: every measured cell."""
-    from kvcargo.kernel_tables import builtin_arrays
+    """The converter's arrays with the held-out measurements put back: every measured cell, in
+    every format."""
+    from kvcargo.kernel_tables import FORMATS, builtin_arrays
 
     raw, held = builtin_arrays(dev), builtin_arrays(f"heldout_{dev}")
     out = dict(raw)
-    g = held["gemm"]
-    axes = [raw["gemm_m"], np.union1d(raw["gemm_n"], g[:, 1]), np.union1d(raw["gemm_k"], g[:, 2])]
-    z = np.full([len(a) for a in axes], np.nan, dtype=np.float64)
-    i_n, i_k = np.searchsorted(axes[1], raw["gemm_n"]), np.searchsorted(axes[2], raw["gemm_k"])
-    z[:, i_n[:, None], i_k[None, :]] = raw["gemm_ms"]
-    z[np.searchsorted(axes[0], g[:, 0]), np.searchsorted(axes[1], g[:, 1]), np.searchsorted(axes[2], g[:, 2])] = g[:, 3]
-    out.update(gemm_n=axes[1], gemm_k=axes[2], gemm_ms=z)
-    for key in ("ctx", "gen"):
+    for x in (suffix(f) for f in FORMATS if "gemm" + suffix(f) in held):
+        g = held["gemm" + x]
+        axes = [raw[f"gemm{x}_m"], np.union1d(raw[f"gemm{x}_n"], g[:, 1]), np.union1d(raw[f"gemm{x}_k"], g[:, 2])]
+        z = np.full([len(a) for a in axes], np.nan, dtype=np.float64)
+        i_n, i_k = np.searchsorted(axes[1], raw[f"gemm{x}_n"]), np.searchsorted(axes[2], raw[f"gemm{x}_k"])
+        z[:, i_n[:, None], i_k[None, :]] = raw[f"gemm{x}_ms"]
+        z[np.searchsorted(axes[0], g[:, 0]), np.searchsorted(axes[1], g[:, 1]),
+          np.searchsorted(axes[2], g[:, 2])] = g[:, 3]
+        out.update({f"gemm{x}_n": axes[1], f"gemm{x}_k": axes[2], f"gemm{x}_ms": z})
+    for key in (kind + suffix(f) for f in FORMATS for kind in ("ctx", "gen") if kind + suffix(f) in held):
         r = held[key]
         cfgs = [tuple(c) for c in raw[f"{key}_cfg"].tolist()]
         extra = sorted({tuple(int(v) for v in row[:3]) for row in r.tolist()} - set(cfgs))
@@ -283,8 +294,9 @@ def merged_arrays(dev: str) -> dict[str, np.ndarray]:
 
 
 def step_rows() -> list:
-    """Kernel step times of held-out models: the shipped (thinned) tables against the same step
-    assembled from every measured cell."""
+    """Kernel step times of held-out models, per device and format (bf16; W8A8 with an fp8 KV
+    cache where measured): the shipped (thinned) tables against the same step assembled from
+    every measured cell."""
     from kvcargo import catalog
     from kvcargo.calibrated import CalibratedPool
     from kvcargo.kernel_tables import from_arrays
@@ -294,22 +306,26 @@ def step_rows() -> list:
     out = []
     for dev in BUILTIN:
         full, thin = from_arrays(merged_arrays(dev)), load(dev)
-        errors = []
-        for key, tps in HELD_MODELS:
-            model = cat.model(key)
-            if model.head_dim not in thin.ctx_cfg[:, 2]:
-                continue  # the device has no measured kernels of this head size (A100: 128 only)
-            for tp in tps:
-                pools = [CalibratedPool(model, cat.device(dev), tp, t) for t in (thin, full)]
-                for b, s in PREFILL_SHAPES:
-                    x, bb = np.array([float(b * s)]), np.array([float(b)])
-                    t = [p.layer_tokens_s(x) + p.logits_s(bb) + p.context_s(bb, np.array([float(s)])) for p in pools]
-                    errors.append(float(t[0][0] / t[1][0] - 1))
-                for b, c in DECODE_SHAPES:
-                    bb = np.array([float(b)])
-                    t = [p.layer_tokens_s(bb) + p.logits_s(bb) + p.generation_s(bb, np.array([c + 1.0])) for p in pools]
-                    errors.append(float(t[0][0] / t[1][0] - 1))
-        out.append(_row(f"{dev}: step times of Qwen2.5-7B/32B, Gemma-2-9B at TP 1-8 (held-out shapes)", src,
-                        np.array(errors), *KERNEL_TARGET,
-                        note="the same step from every measured kernel (held-out cells put back) is the reference"))
+        for fmt in (f for f in thin.gemms if f in thin.contexts):
+            errors = []
+            for key, tps in HELD_MODELS:
+                model = cat.model(key)
+                if model.head_dim not in thin.contexts[fmt].cfg[:, 2]:
+                    continue  # the device has no measured kernels of this head size (A100: 128 only)
+                for tp in tps:
+                    pools = [CalibratedPool(model, cat.device(dev), tp, t, fmt, fmt) for t in (thin, full)]
+                    for b, s in PREFILL_SHAPES:
+                        x, bb = np.array([float(b * s)]), np.array([float(b)])
+                        t = [p.layer_tokens_s(x) + p.logits_s(bb) + p.context_s(bb, np.array([float(s)]))
+                             for p in pools]
+                        errors.append(float(t[0][0] / t[1][0] - 1))
+                    for b, c in DECODE_SHAPES:
+                        bb = np.array([float(b)])
+                        t = [p.layer_tokens_s(bb) + p.logits_s(bb) + p.generation_s(bb, np.array([c + 1.0]))
+                             for p in pools]
+                        errors.append(float(t[0][0] / t[1][0] - 1))
+            what = "step times" if fmt == "bf16" else "W8A8 fp8 step times, fp8 KV cache,"
+            out.append(_row(f"{dev}: {what} of Qwen2.5-7B/32B, Gemma-2-9B at TP 1-8 (held-out shapes)", src,
+                            np.array(errors), *KERNEL_TARGET,
+                            note="the same step from every measured kernel (held-out cells put back) is the reference"))
     return out

@@ -22,11 +22,11 @@ from kvcargo.report.text import seconds, table
                    "where the step's FLOP count still fits a 64-bit integer]")
 @click.option("--context", type=int, default=None, help="decode: tokens of context of each sequence [range: ≥ 1, the step's FLOP count a 64-bit "
                    "integer]")
-@field_options("cost_model", "lm_head", "catalog")
+@field_options("cost_model", "lm_head", "weight_format", "kv_format", "compute_format", "catalog")
 @click.option("--json", "as_json", is_flag=True, help="print JSON (seconds, joules, FLOPs, bytes, watts)")
 def command(model: str, device: str, devices_per_instance: int, phase: str, batch: int, prompt: int | None,
-            context: int | None, cost_model: str | None, lm_head: str | None, catalog: tuple[str, ...],
-            as_json: bool) -> None:
+            context: int | None, cost_model: str | None, lm_head: str | None, weight_format: str | None,
+            kv_format: str | None, compute_format: str | None, catalog: tuple[str, ...], as_json: bool) -> None:
     """Time, energy and average power of one step: B prompts of P tokens (--phase prefill
     --prompt P) or B sequences of C tokens of context (--phase decode --context C)."""
     from kvcargo.errors import KvcargoError
@@ -40,7 +40,7 @@ def command(model: str, device: str, devices_per_instance: int, phase: str, batc
     if length is None:
         raise KvcargoError(f"--phase {phase} needs --{wanted}")
     r = step(model, device, devices_per_instance, phase, batch, length, cost_model or "roofline",
-             lm_head or "all", catalog)
+             lm_head or "all", catalog, weight_format or "bf16", kv_format or "bf16", compute_format or "bf16")
     if as_json:
         click.echo(json.dumps(r, indent=2))
         return
@@ -49,6 +49,8 @@ def command(model: str, device: str, devices_per_instance: int, phase: str, batc
             ["bytes", f"{r['bytes']:.4g}"]]
     for k, v in r.get("parts_s", {}).items():
         rows.append([k.replace("_", " "), f"{v:.4g}" if k.endswith("scale") else seconds(v)])
+    formats = "".join(f", {k.removesuffix('_format')} {r[k]}" for k in ("weight_format", "kv_format", "compute_format")
+                      if k in r)
     head = (f"{r['model']} on {devices_per_instance}× {r['device']}, {phase}: batch {batch}, "
-            f"{wanted} {length:,} ({r['cost_model']})")
+            f"{wanted} {length:,} ({r['cost_model']}{formats})")
     click.echo(head + "\n" + table(["", ""], rows, "lr").split("\n", 2)[2])

@@ -116,6 +116,9 @@ class Space:
     """Storage formats to try for weights and KV together (none: the base configuration's)."""
     splits: bool = False
     """Also try every tp × pp split of each instance's devices (pipeline stages dividing the layers)."""
+    w8a8: bool = False
+    """Each format also computes in it (the calibrated model measures no weight-only GEMMs: its
+    fp8 is W8A8)."""
 
 
 @dataclass
@@ -296,9 +299,13 @@ def build_space(base: SimConfig, given: set[str], budget: Budget, *, devices: tu
         raise KvcargoError(f"unknown format {bad[0]!r} in --formats; valid choices: {', '.join(valid)}")
     if formats and given & {"weight_format", "kv_format"}:
         raise KvcargoError("--formats conflicts with --weight-format/--kv-format; give one")
-    if formats and base.cost_model == "calibrated" and set(formats) - {"bf16"}:
-        raise KvcargoError("--cost-model calibrated has bf16 kernel tables only: --formats bf16, or "
-                           "--cost-model roofline to compare formats")
+    w8a8 = base.cost_model == "calibrated" and bool(formats)
+    if w8a8 and (bad := [f for f in formats if f not in ("bf16", "fp8")]):
+        raise KvcargoError(f"--cost-model calibrated has measured bf16 and fp8 kernels only, not {bad[0]}: "
+                           "--formats bf16,fp8, or --cost-model roofline to compare formats")
+    if w8a8 and "compute_format" in given:
+        raise KvcargoError("--formats sets the compute format too under --cost-model calibrated (fp8 is W8A8): "
+                           "drop --compute-format")
     if tp is not None and any(n < 1 for n in tp):
         raise KvcargoError(f"--tp values must be >= 1, got {tp}")
 
@@ -324,7 +331,7 @@ def build_space(base: SimConfig, given: set[str], budget: Budget, *, devices: tu
     dc = (base.decode,) if "decode" in given else counts
     cc = (base.instances,) if "instances" in given and base.instances else counts
     return Space(tuple(pre_devs), tuple(dec_devs), ptp, dtp, tuple(link_keys), pc, dc, disagg, colocated, cc,
-                 tuple(formats or ()), splits)
+                 tuple(formats or ()), splits, w8a8)
 
 
 def enumerate_candidates(base: SimConfig, space: Space, budget: Budget | None) -> list[Candidate]:
@@ -384,7 +391,8 @@ def enumerate_candidates(base: SimConfig, space: Space, budget: Budget | None) -
 
 def lever_variants(space: Space, layers: int, changes: dict[str, Any]) -> list[dict[str, Any]]:
     """A candidate in every storage format and (with ``splits``) every tp × pp split searched."""
-    formats = [{"weight_format": f, "kv_format": f} for f in space.formats] or [{}]
+    formats = [{"weight_format": f, "kv_format": f, **({"compute_format": f} if space.w8a8 else {})}
+               for f in space.formats] or [{}]
     if not space.splits:
         return [{**changes, **f} for f in formats]
 
