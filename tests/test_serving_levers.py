@@ -107,6 +107,8 @@ def _same_run(a, b) -> None:
          link_model="measured", lm_head="last", power_cap=400.0),
     dict(rate=8.0, link="eth-25g", kv_compress="fp8", kv_compress_at="endpoint", cost_model="calibrated",
          link_model="measured"),
+    dict(model="llama3-70b", devices_per_instance=4, rate=5.0, cost_model="calibrated", weight_format="fp8",
+         compute_format="fp8", kv_format="fp8"),
 ])
 def test_scheduled_engine_at_neutral_settings_is_the_reference(kw: dict) -> None:
     """``--max-num-batched-tokens 8192`` alone runs the scheduled engine, which reproduces the
