@@ -293,7 +293,8 @@ def test_trace_block_ids_share_prefixes() -> None:
 
 @st.composite
 def lever_configs(draw: st.DrawFn) -> SimConfig:
-    """Any accepted mix of the levers on a memory-tight model (preemptions happen)."""
+    """Any accepted mix of the levers on a memory-tight model (preemptions happen), priced by the
+    roofline, with number formats, with a parallel layout or by the calibrated model."""
     kv = draw(st.sampled_from(["oracle", "pow2", "max", "paged"]))
     kw: dict = {"kv_policy": kv, "batch_policy": draw(st.sampled_from(["prefill-priority", "decode-priority",
                                                                         "chunked"]))}
@@ -311,7 +312,16 @@ def lever_configs(draw: st.DrawFn) -> SimConfig:
     mode = draw(st.sampled_from(["colocated", "disagg"]))
     if mode == "disagg":
         kw |= {"prefill": draw(st.integers(1, 2)), "decode": draw(st.integers(1, 2))}
-    return SimConfig(mode=mode, model="opt-13b", device="a100-40g", prompt=161, prompt_cv=1.0, output=200,
+    device = "a100-40g"
+    pricing = draw(st.sampled_from(["roofline", "formats", "layout", "calibrated"]))
+    if pricing == "formats":  # W8A8 and an fp8 KV cache (the A100 has int8 units)
+        kw |= {"weight_format": "int8", "compute_format": "int8", "kv_format": "fp8"}
+    elif pricing == "layout":  # one GPU, two micro-batches: every step in two slots
+        kw |= {"tp": 1, "microbatches": 2}
+    elif pricing == "calibrated":  # measured kernels exist for the 80 GB A100
+        device = "a100"
+        kw |= {"cost_model": "calibrated"} | ({"link_model": "measured"} if mode == "disagg" else {})
+    return SimConfig(mode=mode, model="opt-13b", device=device, prompt=161, prompt_cv=1.0, output=200,
                      output_cv=1.0, rate=draw(st.sampled_from([4.0, 12.0])), requests=60, prefix_caching=caching,
                      seed=draw(st.integers(1, 5)), **kw)
 
