@@ -249,6 +249,8 @@ def test_compare_and_sweep_say_which_flags_they_ignore() -> None:
     (["--kv-policy", "paged", "--preemption", "swap", "--prefix-caching"], "not modelled"),
     (["--batch-policy", "chunked", "--send", "layerwise"], "reference hand-off"),
     (["--batch-policy", "fcfs"], "fcfs"),
+    (["--batch-policy", "chunked", "--fast"], "not with the serving levers in disaggregated mode"),
+    (["--turns", "2", "--mode", "colocated", "--fast"], "closed-loop sessions"),
 ])
 def test_impossible_flags_are_refused(args: list[str], needle: str) -> None:
     p = subprocess.run([sys.executable, "-m", "kvcargo", "simulate", "--requests", "10", *args],
@@ -256,6 +258,14 @@ def test_impossible_flags_are_refused(args: list[str], needle: str) -> None:
     assert p.returncode == 2
     assert needle in p.stderr and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_fast_is_inert_with_levers_in_colocated_mode() -> None:
+    """levers-serving §0.2: colocated instances never take the fast path, so ``--fast`` changes
+    nothing there; in disaggregated mode with a lever, and with closed-loop sessions, it is refused."""
+    base = SimConfig(mode="colocated", batch_policy="chunked", max_num_batched_tokens=512, requests=100)
+    a, b = simulate(base), simulate(base.replace(fast=True))
+    _same_run(a, b)
 
 
 def test_swap_in_and_out_for_ever_at_one_instant_is_refused() -> None:

@@ -54,6 +54,12 @@ def check_serving(c: SimConfig) -> None:
     if c.workload is None and c.workload_file is not None and (shape.turns > 1 or shape.has_system_prompts):
         raise ValueError("sessions are generated: --turns/--system-prompts cannot be combined with --workload-file")
     closed_loop = shape.turns > 1
+    if c.fast and closed_loop:
+        raise ValueError("--fast with closed-loop sessions (--turns > 1): a later turn needs its predecessor's "
+                         "exact finish time, which the companion's fast path does not keep; drop --fast")
+    if c.fast and c.scheduled and c.mode == "disagg":
+        raise ValueError("--fast is the plain decode instance's fast path: not with the serving levers in "
+                         "disaggregated mode (colocated mode ignores it); drop --fast")
     if (c.scheduled or closed_loop) and c.handoff_features:
         raise ValueError("the serving levers and multi-turn sessions use the reference hand-off: drop --send, "
                          "--topology, --link-sharing, --kv-reserve and --decode-prefix-cache")
