@@ -132,6 +132,7 @@ def test_mixed_step_is_the_direct_kernel_sum() -> None:
                        + cp.generation_s(r, np.array([ctx + 1.0])))[0]
             past = compute * past_knee(float(tokens)) * tp_factor(tp)
             direct = fw.prefill_s(KernelTime(compute, cp.layer_reduce_s(m)[0], past), model.layers)
+            direct += fw.decode_overhead_s  # the rows' per-step decode work
             got, _, _ = calibrated_mixed_step(ct, cs, hf, float(rows), float(rows * ctx), float(tokens - rows),
                                               float(attn), float(len(chunks)), 1.0, 0.0, 0.0)
             assert got == pytest.approx(direct, rel=0.04), (dev, tp, rows, chunks)
@@ -141,6 +142,30 @@ def test_mixed_step_is_the_direct_kernel_sum() -> None:
                 == calibrated_step(ct, cs, hf, True, 2000.0, 2.0, float(quad), 0.0, 1e15, 1e10))
         assert (calibrated_mixed_step(ct, cs, hf, 16.0, 16000.0, 0.0, 0.0, 0.0, 0.0, 1e12, 1e11)
                 == calibrated_step(ct, cs, hf, False, 16.0, 16.0, 0.0, 16000.0, 1e12, 1e11))
+
+
+def test_a_chunk_never_makes_a_decode_step_cheaper() -> None:
+    """Adding prompt tokens to a decode step keeps its decode overhead and adds work; a chunk that
+    ends no prompt runs no LM head under ``--lm-head last``."""
+    cat = catalog.builtin()
+    for key, dev, tp in (("llama3-70b", "h100", 4), ("llama2-70b", "a100", 8), ("llama3-8b", "h100", 1),
+                         ("llama3-8b", "b200", 2)):
+        model, pool = cat.model(key), Pool(cat.device(dev), tp)
+        ct, cs = tabulate(model, pool)
+        hf = pool.coefficients()
+        for rows in (1.0, 8.0, 64.0, 256.0):
+            decode, _, _ = calibrated_mixed_step(ct, cs, hf, rows, rows * 600.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+            for c in (1.0, 16.0, 512.0):
+                mixed, _, _ = calibrated_mixed_step(ct, cs, hf, rows, rows * 600.0, c, c * (1000.0 + c + 1.0), 1.0,
+                                                    0.0, 0.0, 0.0)
+                assert mixed > decode, (key, dev, tp, rows, c)
+    model, pool = cat.model("llama3-8b"), Pool(cat.device("h100"), 1)
+    ct, cs = tabulate(model, pool, "last")
+    hf = pool.coefficients()
+    args = (0.0, 0.0, 8192.0, 8192.0 * 8193.0, 1.0)  # GPU-bound: above the host floor
+    mid, _, _ = calibrated_mixed_step(ct, cs, hf, *args, 0.0, 0.0, 0.0)
+    end, _, _ = calibrated_mixed_step(ct, cs, hf, *args, 1.0, 0.0, 0.0)
+    assert end > mid
 
 
 def test_single_request_timestamps_are_the_step_costs() -> None:

@@ -262,7 +262,7 @@ def test_impossible_flags_are_refused(args: list[str], needle: str) -> None:
 
 def test_fast_is_inert_with_levers_in_colocated_mode() -> None:
     """levers-serving §0.2: colocated instances never take the fast path, so ``--fast`` changes
-    nothing there; in disaggregated mode with a lever, and with closed-loop sessions, it is refused."""
+    nothing there (its refusals are in test_impossible_flags_are_refused)."""
     base = SimConfig(mode="colocated", batch_policy="chunked", max_num_batched_tokens=512, requests=100)
     a, b = simulate(base), simulate(base.replace(fast=True))
     _same_run(a, b)

@@ -324,31 +324,36 @@ def calibrated_mixed_step(ct: np.ndarray, cs: np.ndarray, hf: np.ndarray, rows: 
     """Time (framework included), compute and memory energy of a step of ``rows`` decode rows
     (contexts summing to ``context``) and ``chunks`` prompt chunks of ``chunk_tokens`` in all,
     Σ c·(2·p0 + c + 1) = ``chunk_attn`` over the p0 tokens before each chunk, ``last`` of them
-    ending their prompt (the arguments of :func:`kvcargo.cost.mixed_work`).
+    ending their prompt (the arguments of :func:`kvcargo.cost.mixed_parts`).
 
     The GEMMs and all-reduces run over every token of the step; the LM head over the decode rows
-    and the prompt tokens (``--lm-head last``: the chunks that end a prompt); attention is the
+    and the prompt tokens (``--lm-head last``: the chunks that end a prompt; none when no row needs
+    a token); attention is the
     chunks' context attention (charged as ``chunks`` prompts of the length whose s(s+1) is the mean
     of ``chunk_attn``: the same query-key pairs) plus the rows' generation attention. A step with
     prompt tokens carries the prefill framework (kernel scale, host floor, the large-step term on
-    the compute kernels' share of the tokens past the knee); one of decode rows only, the decode
-    scale and per-step overhead. Whole prompts alone or decode rows alone are the plain prefill
-    and decode steps, bit for bit.
+    the compute kernels' share of the tokens past the knee), and its decode rows the per-step
+    decode overhead (sampling and synchronising on their new tokens), so adding a chunk to a
+    decode step never makes it cheaper; a step of decode rows only carries the decode scale and
+    overhead. Whole prompts alone or decode rows alone are the plain prefill and decode steps, bit
+    for bit.
     """
     tokens = rows + chunk_tokens
     if chunks > 0.0:
         q = chunk_attn / chunks
         s = (math.sqrt(1.0 + 4.0 * q) - 1.0) / 2.0
         logits = rows + (last if cs[CS_LM_LAST] != 0.0 else chunk_tokens)
-        compute = (table_at(ct, T_TOKENS, tokens, 1.0) + table_at(ct, T_LOGITS, logits, 1.0)
-                   + table_at(ct, T_CONTEXT, chunks, s))
+        compute = table_at(ct, T_TOKENS, tokens, 1.0)
+        if logits > 0.0:
+            compute = compute + table_at(ct, T_LOGITS, logits, 1.0)
+        compute = compute + table_at(ct, T_CONTEXT, chunks, s)
         if rows > 0.0:
             compute = compute + table_at(ct, T_GENERATION, rows, context / rows + 1.0)
         past = past_knee(tokens)
         t = max(cs[CS_PREFILL_FLOOR],
                 cs[CS_PREFILL_SCALE] * compute + cs[CS_COMM_SCALE] * table_at(ct, T_REDUCE, tokens, 1.0)
                 + cs[CS_LARGE_STEP] * past * compute)
-        overhead = 0.0
+        overhead = cs[CS_DECODE_OVERHEAD] if rows > 0.0 else 0.0
     else:
         t = (cs[CS_DECODE_SCALE] * (table_at(ct, T_TOKENS, tokens, 1.0) + table_at(ct, T_LOGITS, tokens, 1.0)
                                     + table_at(ct, T_GENERATION, rows, context / rows + 1.0))

@@ -37,9 +37,9 @@ def with_formats(model: Model, weight: str, kv: str) -> Model:
 def require_units(device: Device, compute: str, role: str, cost_model: str = "roofline") -> None:
     """A non-BF16 compute format needs native units of that format on the pool's device."""
     if compute != "bf16" and compute not in device.lowp_speedup:
-        hint = ("--cost-model calibrated measures no weight-only GEMMs: valid --weight-format/--compute-format "
-                "there: bf16; or --cost-model roofline" if cost_model == "calibrated"
-                else f"use compute_format='bf16' for weight-only {compute}")
+        hint = (f"--cost-model calibrated measures no weight-only GEMMs: here use bf16 weights, or "
+                f"--cost-model roofline with --compute-format bf16 for weight-only {compute}"
+                if cost_model == "calibrated" else f"use compute_format='bf16' for weight-only {compute}")
         raise KvcargoError(f"{role} pool: {device.name} has no {compute} units ({hint})", field="compute_format")
 
 

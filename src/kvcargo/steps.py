@@ -77,7 +77,7 @@ def step(model: str, device: str, devices: int, phase: Phase, batch: int, length
         m = with_formats(m, weight_format, kv_format)
     check_step(m.key, model_coefficients(m)[0], phase, batch, length)
     dev = cat.device(device)
-    require_units(dev, compute_format, "the", cost_model)
+    require_units(dev, compute_format, phase, cost_model)
     pool = Pool(dev, devices, precision=compute_format)
     require_fit(m, pool, phase)
     out: dict[str, Any] = {"model": m.key, "device": pool.device.key, "devices_per_instance": devices,

@@ -116,8 +116,9 @@ class SchedState(NamedTuple):
     hf: np.ndarray
     """Roofline coefficients per pool row (0 prefill or colocated, 1 decode)."""
     ct: np.ndarray
+    """Per pool row, the calibrated model's tables ..."""
     cs: np.ndarray
-    """Per pool row, the calibrated model's tables and scalars (C_CALIBRATED; else unread)."""
+    """... and scalars (read under C_CALIBRATED; dummies otherwise)."""
     hs: np.ndarray
     lf: np.ndarray
     """Per pool row: the stage device's coefficients and the packed parallel layout (all zeros:

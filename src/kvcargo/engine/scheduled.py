@@ -174,7 +174,7 @@ class Totals:
         hf, ep_ops, ep_bytes = sim.hf[k], x.ep_ops, x.ep_bytes
         flops, w, o, tokens = mixed_parts(sim.mi, sim.mf, x.rows, x.context, x.chunk_tokens, x.chunk_attn, x.chunk_kv,
                                           x.last)
-        if sim.ct is not None:
+        if sim.calibrated:
             nbytes = w + o
             dt, e_c, e_m = calibrated_mixed_step(sim.ct[k], sim.cs[k], hf, float(x.rows), float(x.context),
                                                  float(x.chunk_tokens), float(x.chunk_attn), float(x.chunks),
@@ -702,7 +702,8 @@ class Sim:
         check_model(res)
         self.mi, self.mf = model_coefficients(model, c.lm_head)
         self.hf, self.hs, self.lf = pool_arrays(res)
-        self.ct, self.cs = step_tables(res) if c.cost_model == "calibrated" else (None, None)
+        self.calibrated = c.cost_model == "calibrated"
+        self.ct, self.cs = step_tables(res)
         kv_tok = int(shape(model).kv_per_token)
         host = res.catalog.link(c.host_link or DEFAULT_HOST_LINK)
         self.rules = Rules(
