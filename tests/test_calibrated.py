@@ -784,6 +784,36 @@ def test_bad_calibration_overlay_is_one_line(tmp_path: Path, capsys: pytest.Capt
     assert message in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.parametrize("change, message", [
+    ({"gemm_ms": np.zeros((2, 2, 2))}, "gemm_ms has shape (2, 2, 2), its axes say"),
+    ({"gemm_ms": "nan"}, "gemm_ms must hold positive milliseconds (NaN where unmeasured), at least one measured"),
+    ({"ctx_b": "reversed"}, "ctx_b must list at least two increasing positive numbers"),
+    ({"gen_fp8_ms": None}, "gen_fp8_b, gen_fp8_s, gen_fp8_cfg missing beside gen_fp8_ms"),
+    ({"ar_ms": "negative"}, "ar_ms must hold positive milliseconds"),
+])
+def test_malformed_kernel_tables_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict,
+                                              message: str) -> None:
+    """A user's tables file with arrays of the wrong shape, no measured cell, unsorted axes or half
+    a format is named in one line (it raised IndexError or ZeroDivisionError)."""
+    raw = {k: v for k, v in builtin_arrays("h100").items() if k in ARRAYS}
+    for key, how in change.items():
+        if how is None:
+            raw[key] = builtin_arrays("h100")[key]
+        elif isinstance(how, str):
+            raw[key] = {"nan": np.full_like(raw[key], np.nan, dtype=np.float64), "reversed": raw[key][::-1],
+                        "negative": -raw[key]}[how]
+        else:
+            raw[key] = how
+    np.savez(tmp_path / "bad.npz", **raw)
+    overlay = tmp_path / "bad.toml"
+    overlay.write_text(H100_ENTRY + f'kernel_tables = "{tmp_path / "bad.npz"}"\n')
+    with pytest.raises(SystemExit) as exc:
+        main(["step", "--phase", "decode", "--context", "512", "--cost-model", "calibrated", "--catalog", str(overlay)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_non_bf16_models_are_refused(tmp_path: Path) -> None:
     cat = tmp_path / "fp8.toml"
     cat.write_text('[models.small-fp8]\nlayers = 2\nd_model = 1024\nheads = 8\nkv_heads = 8\nd_ff = 4096\n'

@@ -225,7 +225,42 @@ def load(device: str, path: str | None = None) -> KernelTables:
         if missing:
             raise KvcargoError(f"device {device!r}: kernel_tables file {path} lacks {', '.join(missing)} (write it "
                                "with kvcargo calibrate --import-aiconfigurator)")
+        if error := malformed(raw):
+            raise KvcargoError(f"device {device!r}: kernel_tables file {path}: {error} (write it with kvcargo "
+                               "calibrate --import-aiconfigurator)")
     return from_arrays(raw)
+
+
+def malformed(raw: dict[str, np.ndarray]) -> str | None:
+    """What is wrong with a user's tables file, or None: each table's axes are increasing positive
+    numbers, its values match them in shape and hold a measured (positive) cell, and a format's
+    arrays come complete or not at all."""
+    groups = [("ar", ("gpus", "size"), "ar_ms", False)]
+    for fmt in FORMATS:
+        x = suffix(fmt)
+        groups += [(f"gemm{x}", ("m", "n", "k"), f"gemm{x}_ms", False),
+                   (f"ctx{x}", ("b", "s"), f"ctx{x}_ms", True), (f"gen{x}", ("b", "s"), f"gen{x}_ms", True)]
+    for kind, axes, values, by_cfg in groups:
+        names = [f"{kind}_{a}" for a in axes] + [values] + ([f"{kind}_cfg"] if by_cfg else [])
+        have = [n for n in names if n in raw]
+        if not have:
+            continue
+        if len(have) < len(names):
+            return f"{', '.join(n for n in names if n not in raw)} missing beside {', '.join(have)}"
+        shape = [len(raw[f"{kind}_cfg"])] if by_cfg else []
+        for a in axes:
+            v = np.asarray(raw[f"{kind}_{a}"])
+            if v.ndim != 1 or len(v) < 2 or not np.all(np.isfinite(v)) or v.min() <= 0 or np.any(np.diff(v) <= 0):
+                return f"{kind}_{a} must list at least two increasing positive numbers"
+            shape.append(len(v))
+        z = np.asarray(raw[values], dtype=np.float64)
+        if z.shape != tuple(shape):
+            return f"{values} has shape {z.shape}, its axes say {tuple(shape)}"
+        if by_cfg and np.asarray(raw[f"{kind}_cfg"]).shape[1:] != (3,):
+            return f"{kind}_cfg must hold (heads, kv_heads, head_dim) rows"
+        if not np.any(np.isfinite(z) & (z > 0)) or np.any(np.isfinite(z) & (z <= 0)):
+            return f"{values} must hold positive milliseconds (NaN where unmeasured), at least one measured"
+    return None
 
 
 def builtin_arrays(name: str) -> dict[str, np.ndarray]:
