@@ -328,9 +328,9 @@ def calibrated_mixed_step(ct: np.ndarray, cs: np.ndarray, hf: np.ndarray, rows: 
 
     The GEMMs and all-reduces run over every token of the step; the LM head over the decode rows
     and the prompt tokens (``--lm-head last``: the chunks that end a prompt; none when no row needs
-    a token); attention is the
-    chunks' context attention (charged as ``chunks`` prompts of the length whose s(s+1) is the mean
-    of ``chunk_attn``: the same query-key pairs) plus the rows' generation attention. A step with
+    a token); attention is the chunks' context attention (charged as ``chunks`` prompts of the
+    length whose s(s+1) is the mean of ``chunk_attn``: the same query-key pairs) plus the rows'
+    generation attention. A step with
     prompt tokens carries the prefill framework (kernel scale, host floor, the large-step term on
     the compute kernels' share of the tokens past the knee), and its decode rows the per-step
     decode overhead (sampling and synchronising on their new tokens), so adding a chunk to a

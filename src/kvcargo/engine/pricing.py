@@ -10,9 +10,12 @@ a draft's time in the instance's totals.
 from __future__ import annotations
 
 from kvcargo._jit import kernel
+from kvcargo.calibrated import calibrated_mixed_step
+from kvcargo.cost import mixed_parts
 from kvcargo.engine.kernels import (
     decode_cost,
     decode_parts,
+    elementwise_pass,
     parallel_step,
     prefill_cost,
     prefill_parts,
@@ -45,6 +48,31 @@ def scheduled_pass(hf, hs, lf, flops, w, o, tokens):
         return dt, nbytes, e_c, e_m, 0.0, 0.0
     dt, e_c, e_m, nbytes, comm_t, scale_up_j = parallel_step(hs, lf, flops, w, o, tokens)
     return dt, nbytes, e_c, e_m, comm_t, scale_up_j
+
+
+@kernel(inline=True)
+def scheduled_step(hf, hs, lf, ct, cs, calibrated, mi, mf, rows, context, chunk_tokens, chunk_attn, chunk_kv,
+                   chunks, last, ep_ops, ep_bytes):
+    """A scheduled instance's step over ``rows`` decode rows and ``chunks`` prompt chunks (the
+    arguments of :func:`kvcargo.cost.mixed_parts`) on its pool — the calibrated model's
+    (``calibrated``: tables ``ct``, ``cs``), or the roofline's with the pool's layout
+    (:func:`scheduled_pass`) — plus the endpoint-compression pass (RS §5) of the prompts it
+    completes: (time, FLOPs, bytes, compute J, memory J, communication s, scale-up J). Both
+    scheduled engines price through it."""
+    flops, w, o, tokens = mixed_parts(mi, mf, rows, context, chunk_tokens, chunk_attn, chunk_kv, last)
+    if calibrated:
+        nbytes = w + o
+        dt, e_c, e_m = calibrated_mixed_step(ct, cs, hf, float(rows), float(context), float(chunk_tokens),
+                                             float(chunk_attn), float(chunks), float(last), float(flops), nbytes)
+        comm_t = 0.0
+        scale_up_j = 0.0
+    else:
+        dt, nbytes, e_c, e_m, comm_t, scale_up_j = scheduled_pass(hf, hs, lf, flops, w, o, tokens)
+    fl = flops + 0.0
+    if ep_ops or ep_bytes:
+        x_t, x_c, x_m = elementwise_pass(hf, ep_ops, ep_bytes)
+        dt, fl, nbytes, e_c, e_m = dt + x_t, flops + ep_ops, nbytes + ep_bytes, e_c + x_c, e_m + x_m
+    return dt, fl, nbytes, e_c, e_m, comm_t, scale_up_j
 
 
 @kernel(inline=True)

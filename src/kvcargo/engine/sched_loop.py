@@ -19,14 +19,11 @@ from __future__ import annotations
 import math
 
 from kvcargo._jit import kernel
-from kvcargo.calibrated import calibrated_mixed_step
-from kvcargo.cost import mixed_parts
 from kvcargo.engine.heap import A as HEAP_A
 from kvcargo.engine.heap import B as HEAP_B
 from kvcargo.engine.heap import heap_pop, heap_push
-from kvcargo.engine.kernels import elementwise_pass
 from kvcargo.engine.lists import fifo_pop, fifo_push
-from kvcargo.engine.pricing import scheduled_pass
+from kvcargo.engine.pricing import scheduled_step
 from kvcargo.engine.sched_memory import (
     became_decoding,
     grow,
@@ -444,30 +441,6 @@ def snap_row(st, d, r, c):
 
 
 @kernel(inline=True)
-def price(st, d, ndec, context, c_sum, attn, kv, nch, last, ep_ops, ep_bytes):
-    """Time, FLOPs, bytes and energies of instance ``d``'s step over ``ndec`` decode rows and
-    ``nch`` prompt chunks (the arguments of :func:`kvcargo.cost.mixed_parts`) on its pool — the
-    calibrated model's, or the roofline's (a layout's communication booked) — plus the
-    endpoint-compression pass (RS §5) of the prompts it completes."""
-    k = st.ii[d, POOL]
-    hf = st.hf[k]
-    flops, w, o, tokens = mixed_parts(st.mi, st.mf, ndec, context, c_sum, attn, kv, last)
-    if st.cfg[C_CALIBRATED]:
-        nbytes = w + o
-        dt, e_c, e_m = calibrated_mixed_step(st.ct[k], st.cs[k], hf, float(ndec), float(context), float(c_sum),
-                                             float(attn), float(nch), float(last), float(flops), nbytes)
-    else:
-        dt, nbytes, e_c, e_m, comm_t, scale_up_j = scheduled_pass(hf, st.hs[k], st.lf[k], flops, w, o, tokens)
-        st.fi[d, COMM] += comm_t
-        st.fi[d, SCALE_UP_J] += scale_up_j
-    fl = flops + 0.0
-    if ep_ops or ep_bytes:
-        x_t, x_c, x_m = elementwise_pass(hf, ep_ops, ep_bytes)
-        dt, fl, nbytes, e_c, e_m = dt + x_t, flops + ep_ops, nbytes + ep_bytes, e_c + x_c, e_m + x_m
-    return dt, fl, nbytes, e_c, e_m
-
-
-@kernel(inline=True)
 def start_step(st, d, kind):
     """Price the step over the snapshot (decode rows, then chunks), add any host-link time owed,
     accumulate the occupancy integrals from the state before it, log it and wait it out."""
@@ -498,7 +471,12 @@ def start_step(st, d, kind):
     st.ii[d, COMPUTED] += c_sum
     st.ii[d, RECOMPUTED] += recomputed
     context = st.ii[d, CONTEXT] if ndec else 0  # the decode rows are every decoding row
-    dt, fl, nbytes, e_c, e_m = price(st, d, ndec, context, c_sum, attn, kv, nch, last, ep_ops, ep_bytes)
+    pool = st.ii[d, POOL]
+    dt, fl, nbytes, e_c, e_m, comm_t, scale_up_j = scheduled_step(
+        st.hf[pool], st.hs[pool], st.lf[pool], st.ct[pool], st.cs[pool], st.cfg[C_CALIBRATED], st.mi, st.mf, ndec,
+        context, c_sum, attn, kv, nch, last, ep_ops, ep_bytes)
+    st.fi[d, COMM] += comm_t
+    st.fi[d, SCALE_UP_J] += scale_up_j
     dt = dt + st.fi[d, DEBT]
     st.fi[d, DEBT] = 0.0
     if role != PREFILL:

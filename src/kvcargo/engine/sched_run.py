@@ -21,9 +21,8 @@ from kvcargo.engine import sched_state as S
 from kvcargo.engine.cluster import step_tables
 from kvcargo.engine.heap import ITEMS
 from kvcargo.engine.sched_gaps import per_request
-from kvcargo.engine.scheduled import WATERMARK, _sum, lever_stats, pool_arrays
+from kvcargo.engine.scheduled import WATERMARK, _sum, lever_stats, pool_arrays, transfers_of
 from kvcargo.errors import KvcargoError
-from kvcargo.linkmodel import link_transfers
 from kvcargo.serving import (
     DEFAULT_BLOCK,
     DEFAULT_HOST_LINK,
@@ -233,13 +232,3 @@ def _line_aligned(rows: int, cols: int) -> np.ndarray:
     buf = np.zeros(rows * cols + 8, dtype=np.int64)
     skip = (-buf.ctypes.data % 64) // 8
     return buf[skip: skip + rows * cols].reshape(rows, cols)
-
-
-def transfers_of(res: Resolved):  # type: ignore[no-untyped-def]
-    """The hand-offs' transfers: time on the link, energies, wire bytes (RS §4, §5); None colocated."""
-    if res.colocated:
-        return None
-    w = res.workload
-    return link_transfers(res.config.link_model, res.link, res.compression,
-                          shape(res.model).handoff_bytes(np.asarray(w.prompt, dtype=np.int64)), res.model.kv_bytes,
-                          np.asarray(w.prompt))

@@ -35,12 +35,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from kvcargo.calibrated import calibrated_mixed_step
 from kvcargo.config import Resolved
-from kvcargo.cost import elementwise_pass, mixed_parts, model_coefficients, shape
+from kvcargo.cost import model_coefficients, shape
 from kvcargo.engine.cluster import step_tables
 from kvcargo.engine.kvmemory import KvMemory, PrefixCache
-from kvcargo.engine.pricing import scheduled_pass
+from kvcargo.engine.pricing import scheduled_step
 from kvcargo.errors import KvcargoError
 from kvcargo.lever_metrics import COMM, SCALE_UP_J
 from kvcargo.linkmodel import link_transfers
@@ -145,6 +144,16 @@ def pool_arrays(res: Resolved) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return hf, hs, lf
 
 
+def transfers_of(res: Resolved):  # type: ignore[no-untyped-def]
+    """The hand-offs' transfers: time on the link, energies, wire bytes (RS §4, §5); None colocated."""
+    if res.colocated:
+        return None
+    w = res.workload
+    return link_transfers(res.config.link_model, res.link, res.compression,
+                          shape(res.model).handoff_bytes(np.asarray(w.prompt, dtype=np.int64)), res.model.kv_bytes,
+                          np.asarray(w.prompt))
+
+
 def next_token(r: Req, now: float) -> None:
     """A request produced its next token now (its gap joins the inter-token latencies)."""
     r.itls.append(now - r.last_token)
@@ -170,23 +179,12 @@ class Totals:
         model's, or the roofline's (a layout's slots, its communication booked) — plus the
         endpoint-compression pass (RS §5) when the step completes prompts that are sent
         compressed."""
-        sim, k, x = self.sim, self.pool, work
-        hf, ep_ops, ep_bytes = sim.hf[k], x.ep_ops, x.ep_bytes
-        flops, w, o, tokens = mixed_parts(sim.mi, sim.mf, x.rows, x.context, x.chunk_tokens, x.chunk_attn, x.chunk_kv,
-                                          x.last)
-        if sim.calibrated:
-            nbytes = w + o
-            dt, e_c, e_m = calibrated_mixed_step(sim.ct[k], sim.cs[k], hf, float(x.rows), float(x.context),
-                                                 float(x.chunk_tokens), float(x.chunk_attn), float(x.chunks),
-                                                 float(x.last), float(flops), nbytes)
-        else:
-            dt, nbytes, e_c, e_m, comm_t, scale_up_j = scheduled_pass(hf, sim.hs[k], sim.lf[k], flops, w, o, tokens)
-            self.comm += comm_t
-            self.scale_up_j += scale_up_j
-        if not (ep_ops or ep_bytes):
-            return dt, flops, nbytes, e_c, e_m
-        x_t, x_c, x_m = elementwise_pass(hf, ep_ops, ep_bytes)
-        return dt + x_t, flops + ep_ops, nbytes + ep_bytes, e_c + x_c, e_m + x_m
+        sim, k = self.sim, self.pool
+        dt, flops, nbytes, e_c, e_m, comm_t, scale_up_j = scheduled_step(
+            sim.hf[k], sim.hs[k], sim.lf[k], sim.ct[k], sim.cs[k], sim.calibrated, sim.mi, sim.mf, *work)
+        self.comm += comm_t
+        self.scale_up_j += scale_up_j
+        return dt, flops, nbytes, e_c, e_m
 
     def spend(self, dt: float, flops: Any, nbytes: float, e_c: float, e_m: float, batch: int) -> Generator:
         """Charge a step of ``dt`` seconds (``batch`` decode rows: logged) and wait it out."""
@@ -738,11 +736,11 @@ class Sim:
             self.instances = [Instance(self, i, "colocated", cap) for i in range(res.n_decode)]
             self.prefill, self.decode = [], self.instances
         else:
-            handoff = shape(model).handoff_bytes(np.asarray(w.prompt, dtype=np.int64))
             comp = res.compression
-            self.xfer = link_transfers(c.link_model, res.link, comp, handoff, model.kv_bytes, np.asarray(w.prompt))
+            self.xfer = transfers_of(res)
             if comp is not None and comp.at == "endpoint":
                 self.endpoint = True
+                handoff = shape(model).handoff_bytes(np.asarray(w.prompt, dtype=np.int64))
                 ops, eb = endpoint_work(comp, handoff, np.asarray(w.prompt), model.kv_bytes)
                 self.ep_ops, self.ep_bytes = ops.tolist(), eb.tolist()
             pre_cap = res.levers.prefill.kv_capacity  # the pool's own (stage by stage with a layout)
